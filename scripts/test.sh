@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/env.sh
-exec .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
+# Tests marked slow are left out unless asked for: ./scripts/test.sh -m slow
+exec .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "$@"

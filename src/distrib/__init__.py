@@ -29,6 +29,7 @@ __version__ = "0.1.0"
 
 # Everything loads on first use: `import distrib` (and so `distrib launch`) imports no torch.
 _LAZY_ATTRS = {
+    "DistribError": ("distrib.errors", "DistribError"),
     "ReduceOp": ("distrib.comm.collective", "ReduceOp"),
     "CommunicationImplementation": ("distrib.comm.options", "CommunicationImplementation"),
     "CommunicationOptions": ("distrib.comm.options", "CommunicationOptions"),

@@ -21,6 +21,8 @@ Example:
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -36,11 +38,11 @@ STATE_FILE = "state.safetensors"
 _SAVE_COUNTER = "save_counter"
 
 
-class CheckpointSaveError(RuntimeError):
+class CheckpointSaveError(DistribError, RuntimeError):
     """Writing a checkpoint failed on at least one worker (raised on every worker)."""
 
 
-class CheckpointRestoreError(RuntimeError):
+class CheckpointRestoreError(DistribError, RuntimeError):
     """A checkpoint's saved value could not be applied to a tracked object."""
 
 

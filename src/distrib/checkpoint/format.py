@@ -25,6 +25,8 @@ which holds a pickle -- is refused with one line naming it.
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import collections
 import json
 import math
@@ -52,7 +54,7 @@ _VERSION_KEY = "distrib.format"
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on its JSON header
 
 
-class UnsafeFileError(ValueError):
+class UnsafeFileError(DistribError, ValueError):
     """A file that is not a safetensors state file (e.g. a pickle) was given to load."""
 
 

@@ -41,6 +41,8 @@ re-exported here.
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import contextlib
 import json
 import os
@@ -79,7 +81,7 @@ MARKER_NAME = "COMPLETE"
 _FORMAT = "distrib.checkpoint"
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(DistribError, RuntimeError):
     """A checkpoint directory is incomplete or its contents do not match its manifest."""
 
 

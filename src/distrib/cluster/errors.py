@@ -7,6 +7,8 @@ reading distrib's source.
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import difflib
 import json
 from typing import Any, Iterable
@@ -17,7 +19,7 @@ __all__ = ["ClusterConfigError", "TASK_TYPES", "kind_of", "show", "did_you_mean"
 TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(DistribError, ValueError):
     """A cluster description (TF_CONFIG, environment, ClusterSpec) is malformed.
 
     The message is a single line naming the culprit field, e.g.

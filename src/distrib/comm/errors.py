@@ -1,12 +1,14 @@
 """Errors raised when replicas cannot talk to each other. Each names the task."""
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import re
 
 __all__ = ["first_line", "DistribCommError", "RendezvousTimeoutError", "WorkerLostError", "CollectiveTimeoutError"]
 
 
-class DistribCommError(RuntimeError):
+class DistribCommError(DistribError, RuntimeError):
     """Base of distrib's communication errors."""
 
 

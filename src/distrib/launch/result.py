@@ -1,6 +1,8 @@
 """What a launch reports back: `LaunchResult`, `TaskStatus`, `LaunchTimeoutError`."""
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -70,7 +72,7 @@ class LaunchResult:
         return self.returncode == 0
 
 
-class LaunchTimeoutError(TimeoutError):
+class LaunchTimeoutError(DistribError, TimeoutError):
     """The launch ran past its ``timeout``; every task was stopped.
 
     Attributes:

@@ -6,6 +6,8 @@ Example:
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 from typing import Optional
 
 from distrib.comm.errors import DistribCommError
@@ -33,6 +35,6 @@ class CancelledError(DistribCommError):
     """A scheduled function never ran because an earlier one failed (``tf.errors.CancelledError``)."""
 
 
-class RemoteError(RuntimeError):
+class RemoteError(DistribError, RuntimeError):
     """Holds the traceback of an exception raised on a worker; set as the ``__cause__`` of the
     re-raised exception so the remote stack is shown."""

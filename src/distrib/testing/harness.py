@@ -20,6 +20,8 @@ Example:
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import inspect
 import json
 import os
@@ -42,7 +44,7 @@ TAIL_LINES = 30
 _GRACE_SECONDS = 5.0
 
 
-class ClusterRunError(RuntimeError):
+class ClusterRunError(DistribError, RuntimeError):
     """A task of a test cluster failed or the cluster timed out.
 
     The message's first line says what happened; then, for every task, its

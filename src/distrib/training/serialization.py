@@ -26,6 +26,8 @@ Example:
 """
 from __future__ import annotations
 
+from distrib.errors import DistribError
+
 import importlib
 import inspect
 from typing import Any, Callable, Dict, Optional
@@ -37,7 +39,7 @@ __all__ = ["to_spec", "from_spec", "import_by_path", "importable_path", "Seriali
 _ALLOWED_CLASS_PREFIXES = ("distrib.",)
 
 
-class SerializationError(ValueError):
+class SerializationError(DistribError, ValueError):
     """A compile argument or builder cannot be described as JSON, or a spec cannot be rebuilt."""
 
 
