@@ -22,9 +22,13 @@ from typing import Callable, Dict, List, Optional
 
 import torch.distributed as dist
 
+from distrib.comm.errors import RendezvousTimeoutError, first_line
+
 __all__ = ["HealthMonitor"]
 
 log = logging.getLogger("distrib.comm")
+_FIRST_RETRY_SECONDS = 0.05
+_MAX_RETRY_SECONDS = 2.0
 
 #: Exit status of a task the watchdog ends because a peer vanished.
 LOST_PEER_EXIT_CODE = 70
@@ -34,14 +38,16 @@ class HealthMonitor:
     """Beats for this task and watches the others; see module docstring."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int, timeout: float,
-                 describe: Callable[[int], str], interval: Optional[float] = None) -> None:
+                 describe: Callable[[int], str], interval: Optional[float] = None,
+                 namespace: str = "") -> None:
         self.rank = rank
         self.world_size = world_size
         self.timeout = timeout
         self.interval = interval if interval is not None else max(0.2, min(1.0, timeout / 10))
         self._describe = describe
-        self._store = dist.TCPStore(host, port, world_size, is_master=False,
-                                    timeout=timedelta(seconds=max(1.0, self.interval * 2)))
+        store = _connect_with_backoff(host, port, world_size, timeout, describe(rank),
+                                      timedelta(seconds=max(1.0, self.interval * 2)))
+        self._store = dist.PrefixStore(namespace, store) if namespace else store
         self._last_value: Dict[int, int] = {}
         self._last_change: Dict[int, float] = {}
         self._stop = threading.Event()
@@ -124,3 +130,31 @@ class HealthMonitor:
             if time.monotonic() >= deadline:
                 return []
             time.sleep(self.interval / 4)  # poll: heartbeats arrive on their own thread
+
+
+def _connect_with_backoff(host: str, port: int, world_size: int, timeout: float, me: str,
+                          op_timeout: timedelta) -> dist.TCPStore:
+    """A client of the chief's store; retried with backoff for up to ``timeout`` seconds.
+
+    On a busy machine a connection attempt can fail although the chief is up
+    (its accept queue full, this process starved); that is no reason to fail
+    the job before the start-up timeout has run out.
+    """
+    deadline = time.monotonic() + timeout
+    delay = _FIRST_RETRY_SECONDS
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            store = dist.TCPStore(host, port, world_size, is_master=False,
+                                  timeout=timedelta(seconds=max(0.1, min(remaining, 10.0))))
+            store.set_timeout(op_timeout)  # beats must notice a dead chief quickly
+            return store
+        except Exception as exc:  # DistNetworkError, DistStoreError: refused, reset, timed out
+            if time.monotonic() + delay >= deadline:
+                raise RendezvousTimeoutError(
+                    f"{me} could not open its heartbeat connection to the chief's store at "
+                    f"{host}:{port} within {timeout:g}s ({first_line(exc)}); is the chief still "
+                    f"running? raise CommunicationOptions(timeout_seconds) on a busy machine"
+                ) from None
+        time.sleep(delay)  # poll: back off before the next connection attempt
+        delay = min(delay * 2, _MAX_RETRY_SECONDS)

@@ -24,10 +24,12 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import Collective, ReduceOp
 from distrib.comm.errors import CollectiveTimeoutError, DistribCommError, WorkerLostError, first_line
+from distrib.comm.gpu_sharing import choose_backend
 from distrib.comm.health import HealthMonitor
-from distrib.comm.options import CommunicationOptions
+from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 from distrib.comm.rendezvous import connect_store, wait_for_all
 
 __all__ = ["TorchCollective"]
@@ -57,11 +59,16 @@ class TorchCollective(Collective):
         rank, world = resolver.rank, resolver.world_size
         timeout = options.timeout
         describe = resolver.describe
-        store = connect_store(host, port, rank, world, timeout, describe)
-        wait_for_all(store, rank, world, timeout, describe)
-        monitor = HealthMonitor(host, port, rank, world, timeout, describe)
-        backend = options.backend_for(device)
+        namespace = attempt_namespace()  # a restarted attempt never reads the last one's keys
+        raw_store = connect_store(host, port, rank, world, timeout, describe)
         pg_timeout = timedelta(seconds=timeout)
+        raw_store.set_timeout(pg_timeout)  # a worker's client kept the short connect timeout
+        store = dist.PrefixStore(namespace, raw_store)
+        wait_for_all(store, rank, world, timeout, describe)
+        backend = choose_backend(store, rank, world, device, options.backend_for(device),
+                                 options.implementation is CommunicationImplementation.AUTO,
+                                 timeout, describe)
+        monitor = HealthMonitor(host, port, rank, world, timeout, describe, namespace=namespace)
         try:
             if not dist.is_initialized():
                 dist.init_process_group(backend, store=dist.PrefixStore("distrib/pg", store),

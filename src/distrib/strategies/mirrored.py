@@ -15,13 +15,13 @@ Example:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Optional, Sequence
 
 import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 from distrib.strategies.base import Strategy
+from distrib.strategies.local_gpu import local_task_index
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 
 __all__ = ["MirroredStrategy"]
@@ -61,7 +61,7 @@ class MirroredStrategy(Strategy):
         validate_task_types(resolver, self.supported_task_types, type(self).__name__)
         if resolver.world_size > 1:
             # Adopted: each launched task is one replica, on its own device of this machine.
-            local = int(os.environ.get("LOCAL_RANK", resolver.rank or 0)) % len(devs)
+            local = local_task_index(resolver) % len(devs)
             labels, devs = [labels[local]], [devs[local]]
         replicas, collective = connect_replicas(resolver, labels, devs, options)
         super().__init__(collective=collective, device=replicas.device, cluster_resolver=replicas,

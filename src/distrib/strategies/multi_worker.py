@@ -3,7 +3,8 @@
 The cluster comes from the resolver (TF_CONFIG by default, else torchrun or
 SLURM variables, else a single process). Every training task (chief and
 workers) drives its local devices — by default one: a GPU chosen by
-``LOCAL_RANK`` when there are GPUs, else the CPU — with one replica process
+its index among the tasks on its machine (``LOCAL_RANK``, ``SLURM_LOCALID``,
+or its place among the TF_CONFIG tasks on its host) when there are GPUs, else the CPU — with one replica process
 per device. All replicas meet at the chief's address, start from the chief's
 weights and sum gradients before every optimizer step.
 
@@ -22,6 +23,7 @@ import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 from distrib.strategies.base import Strategy
+from distrib.strategies.local_gpu import select_local_gpu
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 
 __all__ = ["MultiWorkerMirroredStrategy"]
@@ -54,16 +56,15 @@ class MultiWorkerMirroredStrategy(Strategy):
         if local_devices:
             labels, devices = parse_replica_devices(local_devices)
         else:
-            device = _default_device(options)
+            device = _default_device(options, resolver)
             labels, devices = [str(device)], [device]
         replicas, collective = connect_replicas(resolver, labels, devices, options)
         super().__init__(collective=collective, device=replicas.device, cluster_resolver=replicas,
                          communication_options=options)
 
 
-def _default_device(options: CommunicationOptions) -> torch.device:
-    """One GPU per worker process when there are GPUs (chosen by LOCAL_RANK), else the CPU."""
+def _default_device(options: CommunicationOptions, resolver: Any) -> torch.device:
+    """One GPU per worker process when there are GPUs (see `distrib.strategies.local_gpu`), else the CPU."""
     if torch.cuda.is_available() and options.implementation is not CommunicationImplementation.RING:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return select_local_gpu(resolver)
     return torch.device("cpu")

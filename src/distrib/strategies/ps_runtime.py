@@ -32,6 +32,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from distrib.cluster.task import TaskInfo
+from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.strategies.ps_cluster import PSCluster, rpc_name
 from distrib.strategies.ps_errors import UnavailableError
@@ -115,7 +116,7 @@ class Runtime:
         c = self.cluster
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
-        self._store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
+        self._store = attempt_store(connect_store(host, port, rank, world, self.timeout, c.describe_rank))
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
         if rank == 0:
             from distrib.launch.ports import free_port
