@@ -115,7 +115,7 @@ class BackupAndRestore(Callback):
             self._save()
 
     def on_train_end(self, logs: Any = None) -> None:
-        self._stop_watching()
+        self._stop_watching(training_finished=not self._preempted)
         if self._preempted or self._manager is None:
             return
         strategy = self._strategy()
@@ -149,7 +149,7 @@ class BackupAndRestore(Callback):
         exit_for_restart()
         return True  # pragma: no cover - exit_for_restart raises SystemExit
 
-    def _stop_watching(self) -> None:
+    def _stop_watching(self, training_finished: bool = False) -> None:
         if self._watcher is not None:
-            self._watcher.uninstall()
+            self._watcher.uninstall(training_finished=training_finished)
             self._watcher = None

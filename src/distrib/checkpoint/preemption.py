@@ -8,6 +8,11 @@ workers learn in the same step whether *any* of them was signalled; then all
 save at that same step and exit with `RESTART_EXIT_CODE`, which `distrib
 launch` treats as "restart, not a failure".
 
+Once training has finished normally, SIGTERM no longer counts as a failure:
+`PreemptionWatcher.uninstall` (``training_finished=True``) leaves
+`exit_after_training` in place of the default handler, so a task signalled
+after ``fit`` returned exits with status 0 and says so.
+
 Further SIGTERMs only set the flag again: a task in the middle of its
 preemption save must not die of the launcher's own SIGTERM to its peers. A
 stuck task is ended by the launcher's SIGKILL after its grace period.
@@ -39,7 +44,7 @@ try:
 except ImportError:  # pragma: no cover - the launcher defines it; kept for partial installs
     RESTART_EXIT_CODE = 75
 
-__all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_for_restart"]
+__all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_after_training", "exit_for_restart"]
 
 
 class PreemptionWatcher:
@@ -69,11 +74,24 @@ class PreemptionWatcher:
         self._installed = True
         return self
 
-    def uninstall(self) -> None:
-        """Put the previous handler back."""
-        if self._installed:
-            signal.signal(self.signum, self._previous if self._previous is not None else signal.SIG_DFL)
-            self._installed = False
+    def uninstall(self, training_finished: bool = False) -> None:
+        """Put the previous handler back.
+
+        Args:
+            training_finished: training ended normally (not preempted). If the
+                previous handler was the default one (SIGTERM kills), install
+                `exit_after_training` instead: a SIGTERM that arrives once the
+                work is safe ends the process with status 0 and a log line
+                rather than as "killed by SIGTERM", which would fail the job.
+                A handler of the user's own is always put back as it was.
+        """
+        if not self._installed:
+            return
+        previous = self._previous if self._previous is not None else signal.SIG_DFL
+        if training_finished and previous in (signal.SIG_DFL, exit_after_training):
+            previous = exit_after_training
+        signal.signal(self.signum, previous)
+        self._installed = False
 
     def _handle(self, signum: int, frame: Any) -> None:
         self._event.set()
@@ -124,3 +142,16 @@ def exit_for_restart(code: Optional[int] = None) -> None:
     print(f"[distrib] pid {os.getpid()}: preempted; checkpoint saved, exiting with restart code "
           f"{RESTART_EXIT_CODE if code is None else code}", file=sys.stderr, flush=True)
     raise SystemExit(RESTART_EXIT_CODE if code is None else code)
+
+
+def exit_after_training(signum: int, frame: Any) -> None:
+    """Signal handler for a SIGTERM after fit completed: log it and exit with status 0.
+
+    Training is finished and its result is safe, so being stopped now is not
+    a failure of the job. Raises SystemExit, so ``finally`` blocks and
+    ``atexit`` hooks (leaving the job cleanly) still run.
+    """
+    name = signal.Signals(signum).name
+    print(f"[distrib] pid {os.getpid()}: {name} after training had finished; nothing left to "
+          f"save, exiting with status 0", file=sys.stderr, flush=True)
+    raise SystemExit(0)
