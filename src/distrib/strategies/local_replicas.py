@@ -34,11 +34,15 @@ ENV_VAR = "DISTRIB_LOCAL_REPLICA"
 
 def parse_replica_device(spec: Any) -> Tuple[str, torch.device]:
     """``"cpu:1"`` -> (label "cpu:1", torch cpu); ``"/gpu:0"``/``"cuda:0"`` -> cuda:0."""
-    from distrib.strategies.one_device import parse_device
+    from distrib.strategies.one_device import check_cpu_index, parse_device
 
     text = str(spec).strip().lower().lstrip("/")
     if text.startswith("cpu"):
-        return (text if ":" in text else "cpu:0"), torch.device("cpu")
+        index = text.partition(":")[2]
+        if index and not index.isdigit():
+            raise ValueError(f"unknown device {spec!r}: CPU replicas are named 'cpu:0', 'cpu:1', ...")
+        check_cpu_index(int(index) if index else None, spec)
+        return (text if index else "cpu:0"), torch.device("cpu")
     dev = parse_device(spec)
     return str(dev), dev
 
