@@ -37,3 +37,22 @@ def test_sigterm_after_fit_returned_is_a_clean_exit(tmp_path):
     assert "fit returned" in worker1
     assert "SIGTERM after training had finished" in worker1 and "exiting with status 0" in worker1
     assert "did not end the task" not in result.output
+
+
+PLAIN_SCRIPT = '''
+import os, signal
+import distrib
+strategy = distrib.MultiWorkerMirroredStrategy()
+strategy.collective.barrier()
+if strategy.replica_id == 1:
+    os.kill(os.getpid(), signal.SIGTERM)  # nothing watches SIGTERM here: the task dies of it
+'''
+
+
+def test_launcher_says_an_outside_sigterm_was_not_its_own(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_SCRIPT)
+    result = run_script(str(script), 2, timeout=120)
+    assert result.returncode == 1, result.output[-3000:]
+    assert result.failures and result.failures[0].startswith(
+        "worker 1 was killed by SIGTERM from outside distrib launch (preempted?"), result.failures

@@ -203,6 +203,9 @@ def launch(
                 raise LaunchTimeoutError(_PREFIX + message, finish())
             assert outcome.task is not None and outcome.returncode is not None
             failure = f"{outcome.task.name} {describe_returncode(outcome.returncode)}"
+            if outcome.returncode == -signal.SIGTERM:  # the launcher's own SIGTERMs are never failures
+                failure += (" from outside distrib launch (preempted? BackupAndRestore saves and "
+                            "restarts on SIGTERM during fit, and exits with 0 once fit completed)")
             result.failures.append(failure)
             preempted = outcome.kind == "preempted"
             if preempted and result.preemption_restarts < MAX_PREEMPTION_RESTARTS:

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import warnings
+from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -116,7 +117,9 @@ class Runtime:
         c = self.cluster
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
-        self._store = attempt_store(connect_store(host, port, rank, world, self.timeout, c.describe_rank))
+        store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
+        store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout
+        self._store = attempt_store(store)
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
         if rank == 0:
             from distrib.launch.ports import free_port
