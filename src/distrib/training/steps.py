@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
+from distrib.losses.reduction import losses_scaled_by_model
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +150,11 @@ def _loss(model: "Model", y: Any, y_pred: Any, sw: Any, global_batch_size: int) 
 
 
 def train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+    with losses_scaled_by_model():
+        return _train_step(model, data, global_batch_size)
+
+
+def _train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(model, y), _to_device(model, sw)
     y_pred = call_module(model, x)
@@ -164,6 +170,11 @@ def train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tenso
 
 
 def test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+    with losses_scaled_by_model():
+        return _test_step(model, data, global_batch_size)
+
+
+def _test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(model, y), _to_device(model, sw)
     with torch.no_grad():
