@@ -67,6 +67,10 @@ class Strategy:
         self._grad_sync = None
         if self._collective.world_size > 1:
             context.register_job_strategy(self)
+            if getattr(self, "tracks_modules", True):
+                from distrib.comm.optimizer_hook import install
+
+                install(self)
 
     # ----------------------------------------------------------- identity
     @property
