@@ -9,7 +9,8 @@ its preallocated flat buffer and an asynchronous all-reduce (SUM) starts while
 backward goes on. Buckets are launched strictly in index order, so every
 replica issues the same sequence of collectives. `finish` (run by a global
 optimizer step pre-hook) launches the buckets that are still waiting, waits
-for all of them and writes the summed gradients back.
+for all of them and writes the summed gradients back; then the optional
+`StateAverager` averages the non-trainable state this step changed.
 
 Each bucket carries one extra element per parameter, 1 where this replica
 has a gradient: after the reduce, a parameter no replica produced a gradient
@@ -17,6 +18,16 @@ for keeps ``grad is None`` (so optimizers skip it, as they would in one
 process), at no extra message. A parameter accumulated twice before a step
 (gradient accumulation) is reduced again from its accumulated value, which
 stays correct; `Strategy.no_sync()` skips communication entirely.
+
+Frozen parameters (``requires_grad=False``) are in no bucket and carry no
+hook (torch refuses hooks on them). Bucket membership is decided from the
+``requires_grad`` flags of all registered parameters — flags every replica
+of an SPMD program agrees on — and re-decided at the first gradient of a step
+when they changed, so a parameter unfrozen between steps is summed from its
+first step on. Its hook is registered after the next step (or when
+`Strategy.run` starts); until then its bucket is sent by `finish`. A
+parameter that becomes trainable in the middle of a step (after the layout
+was fixed) is summed by `finish` in one extra message, in registration order.
 
 Example (2 replicas with gradients [1, 2] and [3, 4] for one parameter):
     after backward + optimizer.step(): both replicas stepped with grad [4, 6]
@@ -31,6 +42,7 @@ import torch
 
 from distrib.comm.collective import ReduceOp
 from distrib.comm.optimizer_hook import register_parameters
+from distrib.comm.state_sync import StateAverager
 
 __all__ = ["GradientSynchronizer"]
 
@@ -62,17 +74,19 @@ class _Bucket:
 class GradientSynchronizer:
     """Sums gradients of registered parameters across replicas; see module docstring."""
 
-    def __init__(self, collective, bucket_cap_mb: float = 25.0, compression: Optional[str] = None) -> None:
+    def __init__(self, collective, bucket_cap_mb: float = 25.0, compression: Optional[str] = None,
+                 state: Optional[StateAverager] = None) -> None:
         self._collective = collective
+        self._state = state
         self._cap_bytes = int(bucket_cap_mb * 1024 * 1024)
         self._wire_dtype = _WIRE_DTYPES[compression]
         self._params: List[torch.nn.Parameter] = []
         self._buckets: List[_Bucket] = []
         self._where: Dict[int, tuple] = {}
-        self._hook_handles: list = []
+        self._hook_handles: Dict[int, object] = {}  # id(param) -> hook handle
+        self._layout: tuple = ()  # the requires_grad flags the buckets were built from
         self._next_launch = 0
         self._touched = False
-        self._extra: List[torch.nn.Parameter] = []  # got a grad but are in no bucket
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -82,12 +96,27 @@ class GradientSynchronizer:
         for p in fresh:
             self._params.append(p)
             self._where[id(p)] = None
-            ref = weakref.ref(self)
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(
-                lambda param, ref=ref: ref() and ref()._on_grad_ready(param)))
         if fresh:
-            self._rebuild()
+            with self._lock:
+                self._rebuild()
+            self.register_hooks()
             register_parameters(self, fresh)
+
+    def register_hooks(self) -> None:
+        """Hook every parameter that requires grad and has no hook yet (cheap; call between steps)."""
+        ref = weakref.ref(self)
+        for p in self._params:
+            if p.requires_grad and id(p) not in self._hook_handles:
+                self._hook_handles[id(p)] = p.register_post_accumulate_grad_hook(
+                    lambda param, ref=ref: ref() and ref()._on_grad_ready(param))
+
+    def _flags(self) -> tuple:
+        return tuple(p.requires_grad for p in self._params)
+
+    def _refresh_layout(self) -> None:
+        """Rebuild the buckets if ``requires_grad`` flags changed since they were built (lock held)."""
+        if self._flags() != self._layout:
+            self._rebuild()
 
     def _rebuild(self) -> None:
         groups: Dict[tuple, List[torch.nn.Parameter]] = {}
@@ -109,21 +138,28 @@ class GradientSynchronizer:
         for b in self._buckets:
             for slot, p in enumerate(b.params):
                 self._where[id(p)] = (b, slot)
+        self._layout = self._flags()
         self._next_launch = 0
 
     @property
     def parameters(self) -> List[torch.nn.Parameter]:
         return list(self._params)
 
+    @property
+    def state(self) -> Optional[StateAverager]:
+        """The averager of non-trainable state run after each step's sync, if any."""
+        return self._state
+
     # ------------------------------------------------------------- hooks
     def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
         if not self.enabled:
             return
         with self._lock:
-            self._touched = True
+            if not self._touched:
+                self._touched = True
+                self._refresh_layout()
             where = self._where.get(id(param))
-            if where is None:
-                self._extra.append(param)
+            if where is None:  # became trainable after this step's layout: `finish` sums it
                 return
             bucket, slot = where
             if bucket.handle is not None:
@@ -158,7 +194,10 @@ class GradientSynchronizer:
         """Complete this step's reduction and write summed gradients back (collective)."""
         with self._lock:
             if not self._touched:
-                return
+                if not (self.enabled and self._unhooked_gradients()):
+                    return
+                self._touched = True
+                self._refresh_layout()
             while self._next_launch < len(self._buckets):
                 self._launch(self._buckets[self._next_launch])
                 self._next_launch += 1
@@ -168,11 +207,19 @@ class GradientSynchronizer:
                 self._launch(bucket)
                 self._collective.wait(bucket.handle)
             self._write_back(bucket)
-        extra, self._extra = self._extra, []
-        if extra:
-            self._reduce_unbucketed(extra)
+        late = [p for p in self._params if p.requires_grad and self._where.get(id(p)) is None]
+        if late:
+            self._reduce_unbucketed(late)
         self._touched = False
         self._next_launch = 0
+        self.register_hooks()
+        if self._state is not None:
+            self._state.average_changed()
+
+    def _unhooked_gradients(self) -> bool:
+        """True if a trainable parameter without a hook got a gradient (no hook told us)."""
+        return any(p.requires_grad and p.grad is not None and id(p) not in self._hook_handles
+                   for p in self._params)
 
     def _write_back(self, bucket: _Bucket) -> None:
         """Hand the summed gradients to the parameters.
@@ -197,9 +244,18 @@ class GradientSynchronizer:
         bucket.dirty = False
 
     def _reduce_unbucketed(self, params: List[torch.nn.Parameter]) -> None:
-        """Parameters that became trainable after bucketing: reduce now, rebucket for next step."""
-        unique = list({id(p): p for p in params}.values())
-        for p in unique:
-            if p.grad is not None:
-                p.grad.copy_(self._collective.all_reduce(p.grad.detach().clone(), ReduceOp.SUM))
-        self._rebuild()
+        """Parameters that became trainable after this step's layout: one message, then rebucket.
+
+        ``params`` is in registration order and chosen from ``requires_grad``
+        flags, so every replica sends the same message.
+        """
+        by_kind: Dict[tuple, List[torch.nn.Parameter]] = {}
+        for p in params:
+            by_kind.setdefault((p.dtype, p.device), []).append(p)
+        for group in by_kind.values():
+            bucket = _Bucket(-1, group, self._wire_dtype)
+            self._launch(bucket)
+            self._collective.wait(bucket.handle)
+            self._write_back(bucket)
+        with self._lock:
+            self._rebuild()

@@ -44,12 +44,18 @@ class CommunicationOptions:
             backward pass still runs (larger: fewer messages; smaller: more overlap).
         gradient_compression: ``None``, ``"bf16"`` or ``"fp16"``; gradients
             are cast for the wire and summed in that precision (opt-in; see bench/).
+        sync_batch_norm: torch BatchNorm layers in a multi-replica scope
+            normalise with global-batch statistics in training (one small
+            all-reduce per layer in forward and one in backward), so N replicas
+            equal one process. ``False``: local statistics, running statistics
+            averaged after each step (tf.distribute's default).
     """
 
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO
     timeout_seconds: Optional[float] = None
     bucket_cap_mb: float = 25.0
     gradient_compression: Optional[str] = None
+    sync_batch_norm: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.implementation, CommunicationImplementation):

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from distrib.losses.reduction import Reduction, apply_sample_weight, reduce_weighted, standardize_reduction
+from distrib.losses.reduction import (Reduction, apply_sample_weight, check_distributed_reduction, reduce_weighted,
+                                      standardize_reduction)
 
 __all__ = ["Loss", "LossFunctionWrapper", "TorchLossWrapper", "as_tensor_pair"]
 
@@ -63,6 +64,7 @@ class Loss:
         raise NotImplementedError(f"{type(self).__name__} must implement call(y_true, y_pred)")
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> torch.Tensor:
+        check_distributed_reduction(self.name, self.reduction)
         return reduce_weighted(self.call(y_true, y_pred), sample_weight, self.reduction)
 
     def per_example(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> torch.Tensor:

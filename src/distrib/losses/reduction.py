@@ -22,12 +22,62 @@ replicas.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
-from typing import Any, Optional
+import threading
+from typing import Any, Iterator, Optional
 
 import torch
 
-__all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "apply_sample_weight", "match_ranks"]
+from distrib.errors import DistribError
+from distrib.strategies.context import get_replica_context
+
+__all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "apply_sample_weight", "match_ranks",
+           "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model"]
+
+
+class LossReductionError(DistribError, ValueError):
+    """A loss that averages over the local batch was used in a replica function."""
+
+
+class _ModelScaling(threading.local):
+    depth = 0
+
+
+_MODEL_SCALING = _ModelScaling()
+
+
+@contextlib.contextmanager
+def losses_scaled_by_model() -> Iterator[None]:
+    """Inside: `distrib.Model`'s steps, which divide per-example losses by the global batch themselves."""
+    _MODEL_SCALING.depth += 1
+    try:
+        yield
+    finally:
+        _MODEL_SCALING.depth -= 1
+
+
+def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
+    """Refuse ``AUTO``/``SUM_OVER_BATCH_SIZE`` inside `Strategy.run` (as tf.keras does).
+
+    The local mean divides by the replica's batch, not the global one, so the
+    summed gradients would be ``num_replicas_in_sync`` times too large.
+    Allowed under the default strategy and inside `distrib.Model`'s own steps.
+
+    Raises:
+        LossReductionError: naming the loss and the fix.
+    """
+    if reduction not in (Reduction.AUTO, Reduction.SUM_OVER_BATCH_SIZE) or _MODEL_SCALING.depth:
+        return
+    ctx = get_replica_context()
+    if ctx is None or getattr(ctx.strategy, "is_default", False):
+        return
+    raise LossReductionError(
+        f"loss {loss_name!r} with reduction={reduction.value!r} was called inside strategy.run() under "
+        f"{type(ctx.strategy).__name__}: please use `distrib.losses.Reduction.SUM` or "
+        "`distrib.losses.Reduction.NONE` for loss reduction when losses are used with a distribution strategy, "
+        "and divide the per-example losses by the global batch size with `distrib.nn.compute_average_loss`; "
+        "only losses given to `Model.compile()` for `Model.fit()` may keep the default reduction")
 
 
 class Reduction(str, enum.Enum):

@@ -67,6 +67,10 @@ class Strategy:
         self._grad_sync = None
         if self._collective.world_size > 1:
             context.register_job_strategy(self)
+            if getattr(self, "tracks_modules", True):
+                from distrib.comm.optimizer_hook import install
+
+                install(self)
 
     # ----------------------------------------------------------- identity
     @property
@@ -170,9 +174,12 @@ class Strategy:
         if self._grad_sync is None:
             from distrib.comm.grad_sync import GradientSynchronizer
 
+            from distrib.comm.state_sync import StateAverager
+
             opts = self._communication_options
             self._grad_sync = GradientSynchronizer(
-                self._collective, bucket_cap_mb=opts.bucket_cap_mb, compression=opts.gradient_compression)
+                self._collective, bucket_cap_mb=opts.bucket_cap_mb, compression=opts.gradient_compression,
+                state=StateAverager(self._collective, self.comm_device))
         return self._grad_sync
 
     # ---------------------------------------------------------------- run
@@ -182,6 +189,8 @@ class Strategy:
         Tensors in ``args``/``kwargs`` are moved to the replica's device.
         """
         self._tracker.synchronize()
+        if self._grad_sync is not None:
+            self._grad_sync.register_hooks()  # parameters unfrozen since the last step
         args = map_structure(self._to_device, tuple(args))
         kwargs = map_structure(self._to_device, dict(kwargs or {}))
         with context.replica_context(self):

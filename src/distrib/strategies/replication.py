@@ -8,7 +8,12 @@ the scope closes, when `Strategy.run` starts, or at the first module forward,
 whichever comes first, so every replica starts from identical weights whatever
 it seeded its RNG with. Parameters that require gradients are then handed to
 the strategy's `GradientSynchronizer`, which sums their gradients across
-replicas before any optimizer steps them.
+replicas before any optimizer steps them (frozen ones included: they are
+summed from the step they are unfrozen). Non-trainable floating state
+(buffers, ``requires_grad=False`` parameters) is averaged after each step it
+changed (`distrib.comm.state_sync`), and torch BatchNorm layers normalise
+with global-batch statistics (`distrib.strategies.batch_norm`), so N
+replicas keep the weights and running statistics one process would.
 
 Example:
     >>> with strategy.scope():
@@ -25,6 +30,7 @@ import torch
 from torch.nn.modules import module as module_mod
 
 from distrib.strategies import context
+from distrib.strategies.batch_norm import synchronize_batch_norm
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.base import Strategy
@@ -126,11 +132,13 @@ class ScopeTracker:
                 self._forward_hook = None
         tensors: List[torch.Tensor] = []
         new_params: List[torch.nn.Parameter] = []
+        modules: Dict[int, torch.nn.Module] = {}
         seen = set()
         for ref, kind, name in pending:
             mod = ref()
             if mod is None:
                 continue
+            modules.setdefault(id(mod), mod)
             t = (mod._parameters if kind == "param" else mod._buffers).get(name)
             if t is None or id(t) in seen or isinstance(t, torch.nn.parameter.UninitializedParameter):
                 continue
@@ -143,7 +151,16 @@ class ScopeTracker:
         if not self._replicated:
             return
         _broadcast_coalesced(self._strategy.collective, tensors)
-        self._strategy._gradient_synchronizer().add_parameters(new_params)
+        sync = self._strategy._gradient_synchronizer()
+        sync.add_parameters(new_params)
+        state = sync.state
+        if state is not None:
+            state.add(tensors)
+        if self._strategy.communication_options.sync_batch_norm:
+            strategy_ref = weakref.ref(self._strategy)
+            for mod in modules.values():
+                if synchronize_batch_norm(mod, strategy_ref) and state is not None:
+                    state.exclude([t for t in (mod.running_mean, mod.running_var) if t is not None])
 
     def tracked_parameters(self) -> List[torch.nn.Parameter]:
         return [p for p in (r() for r in self._tracked_params) if p is not None]

@@ -13,10 +13,12 @@ caused them.
 """
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
+from distrib.losses.reduction import losses_scaled_by_model
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,15 +87,29 @@ def _placement(model: "Model") -> Tuple[torch.device, Optional[torch.dtype]]:
     return device, dtype
 
 
+def _phase_kwargs(module: Any) -> dict:
+    """``{"training": ...}`` for a Keras 3 layer (its Dropout and BatchNorm ignore ``module.train()``)."""
+    keras = sys.modules.get("keras")
+    layer = getattr(getattr(keras, "layers", None), "Layer", None)
+    if layer is not None and isinstance(module, layer) and getattr(module, "_call_has_training_arg", False):
+        return {"training": bool(module.training)}
+    return {}
+
+
 def call_module(model: "Model", x: Any) -> Any:
-    """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords."""
+    """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
+
+    A Keras 3 model (torch backend) also gets ``training=`` from the module's
+    train/eval mode, as Keras's own ``fit`` passes it.
+    """
     x = _prepare_x(model, x)
+    phase = _phase_kwargs(model.module)
     try:
         if isinstance(x, dict):
-            return model.module(**x)
+            return model.module(**x, **phase)
         if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-            return model.module(*x)
-        return model.module(x)
+            return model.module(*x, **phase)
+        return model.module(x, **phase)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         if type(e) not in _INPUT_ERRORS:  # e.g. out of memory, a peer lost: not about the input
             raise
@@ -134,6 +150,11 @@ def _loss(model: "Model", y: Any, y_pred: Any, sw: Any, global_batch_size: int) 
 
 
 def train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+    with losses_scaled_by_model():
+        return _train_step(model, data, global_batch_size)
+
+
+def _train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(model, y), _to_device(model, sw)
     y_pred = call_module(model, x)
@@ -149,6 +170,11 @@ def train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tenso
 
 
 def test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+    with losses_scaled_by_model():
+        return _test_step(model, data, global_batch_size)
+
+
+def _test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(model, y), _to_device(model, sw)
     with torch.no_grad():
