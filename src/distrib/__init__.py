@@ -69,3 +69,13 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'distrib' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _install_hooks() -> None:
+    from distrib import hooks
+
+    if hooks.is_cluster_task():
+        hooks.install_excepthook()
+
+
+_install_hooks()
