@@ -35,7 +35,7 @@ from typing import Mapping, Optional, Type
 
 from distrib.errors import DistribError
 
-__all__ = ["install_excepthook", "is_cluster_task", "task_label", "one_line", "verbose"]
+__all__ = ["install_excepthook", "is_cluster_task", "task_label", "one_line", "short_cause", "verbose"]
 
 VERBOSE_HINT = "(full traceback: set DISTRIB_VERBOSE=1 or use distrib launch --verbose)"
 _MAX_CHARS = 600
@@ -77,6 +77,21 @@ def one_line(error: BaseException, label: str) -> str:
     if len(message) > _MAX_CHARS:
         message = message[:_MAX_CHARS] + "..."
     return f"distrib: {label}: {type(error).__name__}: {message}"
+
+
+def short_cause(line: str, label: str) -> str:
+    """A task's one-line error without the parts a summary already says (task name, hint).
+
+    Example:
+        >>> short_cause("distrib: worker 1: RendezvousError: no chief " + VERBOSE_HINT, "worker 1")
+        'RendezvousError: no chief'
+    """
+    head = f"distrib: {label}: "
+    if line.startswith(head):
+        line = line[len(head):]
+    if line.endswith(VERBOSE_HINT):
+        line = line[:-len(VERBOSE_HINT)].rstrip()
+    return line
 
 
 def _excepthook(kind: Type[BaseException], error: BaseException,

@@ -22,6 +22,7 @@ import signal
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
+from distrib.hooks import short_cause
 from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, task_environment
@@ -216,6 +217,8 @@ def launch(
             result.failures.append(failure)
             # The task's last stderr line: distrib's one-line error or the traceback's last line.
             cause = router.last_error_line(outcome.task.name) if outcome.returncode > 0 else None
+            if cause:
+                cause = short_cause(cause, outcome.task.name)
             preempted = outcome.kind == "preempted"
             said = f"{failure} ({cause})" if cause and not preempted else failure
             if preempted and result.preemption_restarts < MAX_PREEMPTION_RESTARTS:
