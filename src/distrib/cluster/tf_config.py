@@ -131,15 +131,14 @@ class TFConfigClusterResolver(ClusterResolver):
         if not config:
             self._spec, self._task_type, self._task_id = ClusterSpec(), None, None
             return
-        if isinstance(config.get("cluster"), Mapping) and not config["cluster"] and \
-                tf_config is None:
-            _warn_alone("TF_CONFIG['cluster'] is empty")
         if "cluster" not in config:
             raise ClusterConfigError(
                 f"{_CLUSTER}: missing; TF_CONFIG must look like {_SHAPE} (or be empty for a "
                 f"single-process run)")
         self._spec = _parse_spec(config["cluster"])
         self._task_type, self._task_id = _parse_task(config.get("task"), self._spec)
+        if not self._spec and tf_config is None:
+            _warn_alone("TF_CONFIG['cluster'] is empty")
         self._layout  # noqa: B018 - derive (and so check) everything now, not at first use
         if self._spec and not ({"chief", "worker"} & set(self._spec.jobs)):
             _warn_alone(f"TF_CONFIG['cluster'] has no 'chief' or 'worker' job (jobs: "
