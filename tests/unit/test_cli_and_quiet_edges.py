@@ -122,3 +122,11 @@ def test_load_model_on_a_missing_path_says_not_found(tmp_path):
     missing.mkdir()  # a directory without the COMPLETE marker still reads as incomplete
     with pytest.raises(Exception, match="incomplete checkpoint"):
         load_model(str(missing))
+
+
+def test_an_unknown_option_of_plot_gets_the_plot_usage(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["plot", "logs", "--bogus"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: distrib plot") and "see 'distrib plot --help'" in err

@@ -85,10 +85,17 @@ def suggest_option(flag: str, known: Iterable[str]) -> Optional[str]:
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors say which known option was probably meant."""
 
-    launch_parser: Optional[argparse.ArgumentParser] = None
+    commands: Dict[str, argparse.ArgumentParser] = {}
+    _argv: List[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        target = self.launch_parser or self
+        # Unknown options surface at the top level: answer with the command's own usage.
+        command = next((a for a in self._argv if a in self.commands), None)
+        target = self.commands[command] if command else self
         found = re.match(r"unrecognized arguments: (.*)", message)
         if found:
             known = [s for a in target._actions for s in a.option_strings if s.startswith("--")]
@@ -198,8 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
                                      parser_class=_Parser)
     commands.required = True
-    parser.launch_parser = _add_launch(commands)
-    _add_plot(commands)
+    parser.commands = {"launch": _add_launch(commands), "plot": _add_plot(commands)}
     return parser
 
 
