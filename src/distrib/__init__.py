@@ -50,7 +50,7 @@ _LAZY_ATTRS = {
     "ReductionToOneDevice": ("distrib.strategies.cross_device_ops", "ReductionToOneDevice"),
 }
 _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "losses", "metrics", "optimizers",
-                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator"}
+                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator", "plot"}
 
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 
@@ -69,3 +69,13 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'distrib' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _install_hooks() -> None:
+    from distrib import hooks
+
+    if hooks.is_cluster_task():
+        hooks.install_excepthook()
+
+
+_install_hooks()

@@ -1,4 +1,7 @@
-"""``python -m distrib launch ...``: the same as the ``distrib`` console script."""
+"""``python -m distrib [launch|plot] ...``: the same as the ``distrib`` console script.
+
+With no arguments it prints the help (exit 0).
+"""
 import sys
 
 from distrib.launch.cli import main

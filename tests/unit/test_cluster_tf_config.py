@@ -57,6 +57,7 @@ def test_unrelated_keys_from_tools_are_ignored():
     assert TFConfigClusterResolver(config).task == TaskInfo("worker", 0)
 
 
+@pytest.mark.filterwarnings("ignore::distrib.cluster.tf_config.EmptyTFConfigWarning")
 @pytest.mark.parametrize("text", [None, "", "   ", "{}", '{"cluster": {}}',
                                   '{"cluster": {}, "task": {}}'])
 def test_empty_tf_config_is_single_process(text):

@@ -37,6 +37,7 @@ from typing import Any, Dict, Optional, Union
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
+from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
@@ -78,6 +79,7 @@ class BackupAndRestore(Callback):
         if save_freq != "epoch" and not (isinstance(save_freq, int) and not isinstance(save_freq, bool)
                                          and save_freq > 0):
             raise ValueError(f"BackupAndRestore: save_freq must be 'epoch' or a positive int, got {save_freq!r}")
+        check_backend(str(backup_dir), "BackupAndRestore")
         self.backup_dir = str(backup_dir)
         self.save_freq = save_freq
         self.delete_checkpoint = delete_checkpoint

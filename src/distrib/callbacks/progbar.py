@@ -8,8 +8,10 @@ epoch, 2 one line per epoch::
     70/70 - 2s - 28ms/step - accuracy: 0.8300 - loss: 0.5400        (verbose=2)
 
 The bar is drawn by tqdm (rate-limited redraws, ``\\r`` updates) when
-standard output is a terminal; otherwise (a pipe, a file, ``distrib launch``'s
-prefixed output) only each epoch's final line is printed, as Keras does. While an
+standard output is a terminal, or under ``distrib launch`` when the
+launcher's output is one (it sets ``DISTRIB_PROGRESS_TTY=1`` and passes the
+updates through live); otherwise (a pipe, a file) only each epoch's final
+line is printed, as Keras does. While an
 epoch runs the time column is the ETA; at the end it is the elapsed time.
 Step time ignores the first step (compilation, warm-up), like Keras.
 
@@ -24,6 +26,7 @@ text only when tqdm actually redraws.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Dict, Optional
@@ -40,6 +43,14 @@ BAR_WIDTH = 20
 
 
 def _interactive() -> bool:
+    """Whether to draw a live bar: stdout is a terminal, or the launcher's is.
+
+    Under ``distrib launch`` a task's stdout is a pipe; the launcher sets
+    ``DISTRIB_PROGRESS_TTY=1`` when its own stdout is a terminal and forwards
+    the bar's ``\\r`` updates as they come.
+    """
+    if os.environ.get("DISTRIB_PROGRESS_TTY") == "1":
+        return True
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):

@@ -8,6 +8,12 @@ integer N, the batch logs ``fit`` hands over are also written as
 ``batch_<name>`` every N steps, with the global step count as step (steps
 without logs are skipped, so nothing forces a host sync).
 
+As Keras does, the optimizer's learning rate is written every epoch as
+``epoch_learning_rate`` (train run), so a schedule or ``ReduceLROnPlateau``
+shows as a curve. With ``histogram_freq=N`` the weights of every parameter
+are also written as histograms (tag ``<parameter name>/histogram``) every N
+epochs. ``distrib plot LOGDIR -o curves.png`` draws these curves as a PNG.
+
 Writing uses ``torch.utils.tensorboard.SummaryWriter``, which needs the
 ``tensorboard`` package (``pip install 'distrib[tensorboard]'``); it is
 imported only when the chief starts training, and a missing package is a
@@ -25,6 +31,7 @@ from typing import Any, Dict, Optional, Union
 
 from distrib.callbacks._chief import is_chief
 from distrib.callbacks.callback import Callback, Logs
+from distrib.optimizers.learning_rate import get_learning_rate
 
 __all__ = ["TensorBoard"]
 
@@ -52,10 +59,17 @@ class TensorBoard(Callback):
         log_dir: the directory to write event files under.
         update_freq: ``"epoch"`` (default), ``"batch"`` (every batch that
             has logs) or an integer N (every N steps).
+        histogram_freq: write weight histograms every N epochs (0, the
+            default: never).
     """
 
-    def __init__(self, log_dir: Union[str, os.PathLike] = "logs", update_freq: Union[str, int] = "epoch") -> None:
+    def __init__(self, log_dir: Union[str, os.PathLike] = "logs", update_freq: Union[str, int] = "epoch",
+                 histogram_freq: int = 0) -> None:
         super().__init__()
+        if isinstance(histogram_freq, bool) or not isinstance(histogram_freq, int) or histogram_freq < 0:
+            raise ValueError(f"TensorBoard: histogram_freq must be an integer >= 0 (0: no histograms), "
+                             f"got {histogram_freq!r}")
+        self.histogram_freq = histogram_freq
         if update_freq == "batch":
             update_freq = 1
         if update_freq != "epoch" and (isinstance(update_freq, bool) or not isinstance(update_freq, int)
@@ -100,8 +114,30 @@ class TensorBoard(Callback):
                 self._writer("validation").add_scalar(f"epoch_{name[4:]}", number, epoch)
             else:
                 self._writers["train"].add_scalar(f"epoch_{name}", number, epoch)
+        if "learning_rate" not in (logs or {}):
+            lr = self._learning_rate()
+            if lr is not None:
+                self._writers["train"].add_scalar("epoch_learning_rate", lr, epoch)
+        if self.histogram_freq and (epoch + 1) % self.histogram_freq == 0:
+            self._write_histograms(epoch)
         for writer in self._writers.values():
             writer.flush()
+
+    def _learning_rate(self) -> Optional[float]:
+        try:
+            return get_learning_rate(getattr(self.model, "optimizer", None))
+        except (TypeError, ValueError):  # no optimizer, or one without a readable rate
+            return None
+
+    def _write_histograms(self, epoch: int) -> None:
+        module = getattr(self.model, "module", None)
+        if module is None or not hasattr(module, "named_parameters"):
+            return
+        writer = self._writers["train"]
+        for name, param in module.named_parameters():
+            values = param.detach()
+            if values.numel() and values.is_floating_point():
+                writer.add_histogram(f"{name}/histogram", values.float().cpu(), epoch)
 
     def on_train_end(self, logs: Logs = None) -> None:
         for writer in self._writers.values():

@@ -18,8 +18,41 @@ from typing import List, Tuple
 import fsspec
 from fsspec import AbstractFileSystem
 
-__all__ = ["join", "exists", "remove", "list_names", "atomic_write_bytes", "url_to_fs", "is_local", "sha256",
+from distrib.errors import DistribError
+
+__all__ = ["check_backend", "StorageBackendError", "join", "exists", "remove", "list_names", "atomic_write_bytes", "url_to_fs", "is_local", "sha256",
            "fsync_dir", "write_local"]
+
+
+class StorageBackendError(DistribError, ImportError):
+    """The path's fsspec protocol needs a package that is not installed (or is unknown)."""
+
+
+def check_backend(path: str, who: str) -> None:
+    """Fail now, in one line, if ``path``'s protocol (``s3://``, ``gs://``) cannot be used here.
+
+    Example:
+        >>> check_backend("/tmp/run", "CheckpointManager")      # local paths always work
+        >>> try:
+        ...     check_backend("nope://bucket/run", "BackupAndRestore")
+        ... except StorageBackendError as error:
+        ...     print(str(error).split(";")[0])
+        BackupAndRestore: 'nope://bucket/run': unknown storage protocol 'nope'
+    """
+    protocol, _ = fsspec.core.split_protocol(str(path))
+    if protocol is None:
+        return
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else f"{protocol} support is missing"
+        raise StorageBackendError(
+            f"{who}: {str(path)!r} needs an fsspec backend that is not installed ({reason}); "
+            f"install it (e.g. pip install s3fs for s3://, gcsfs for gs://) or use a local path") from None
+    except ValueError:
+        raise StorageBackendError(
+            f"{who}: {str(path)!r}: unknown storage protocol {protocol!r}; use a local path or an "
+            f"fsspec URL (s3://, gs://, memory://, ...)") from None
 
 
 def url_to_fs(path: str) -> Tuple[AbstractFileSystem, str]:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
+from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_strategy, scope_strategy
 
@@ -77,6 +78,7 @@ class CheckpointManager:
             raise ValueError("CheckpointManager: checkpoint_interval needs a step_counter")
         if not checkpoint_name or "/" in checkpoint_name or checkpoint_name.startswith("."):
             raise ValueError(f"CheckpointManager: invalid checkpoint_name {checkpoint_name!r}")
+        check_backend(str(directory), "CheckpointManager")
         self._checkpoint = checkpoint
         self._strategy = scope_strategy() or getattr(checkpoint, "_strategy", None)
         self._directory = str(directory).rstrip("/")

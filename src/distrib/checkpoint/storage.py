@@ -58,6 +58,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MARKER_NAME",
     "CorruptCheckpointError",
+    "CheckpointNotFoundError",
     "CheckpointWarning",
     "AtomicDirectory",
     "atomic_write_bytes",
@@ -83,6 +84,10 @@ _FORMAT = "distrib.checkpoint"
 
 class CorruptCheckpointError(DistribError, RuntimeError):
     """A checkpoint directory is incomplete or its contents do not match its manifest."""
+
+
+class CheckpointNotFoundError(CorruptCheckpointError, FileNotFoundError):
+    """Nothing at all is at the checkpoint's path (a `CorruptCheckpointError` for old handlers)."""
 
 
 class CheckpointWarning(UserWarning):
@@ -228,12 +233,17 @@ def read_manifest(path: str) -> Dict[str, Any]:
     """The verified manifest of a committed checkpoint (marker present and matching).
 
     Raises:
+        CheckpointNotFoundError: nothing is at ``path``.
         CorruptCheckpointError: marker missing, or manifest damaged.
     """
     fs, p = url_to_fs(path)
     try:
         marker = fs.cat_file(os.path.join(p, MARKER_NAME)).decode(errors="replace").strip()
     except FileNotFoundError:
+        if not fs.exists(p):
+            raise CheckpointNotFoundError(
+                f"{path}: not found; check the path (on several machines, every task must see "
+                f"the filesystem the chief saved to)") from None
         raise CorruptCheckpointError(f"{path}: incomplete checkpoint (no {MARKER_NAME} marker)") from None
     try:
         mbytes = fs.cat_file(os.path.join(p, MANIFEST_NAME))

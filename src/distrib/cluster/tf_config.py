@@ -8,7 +8,13 @@
      "environment": "cloud"}         # optional
 
 Absent, blank or ``{}`` means a single-process run (no task, empty cluster),
-and so does ``{"cluster": {}}``. Everything else is checked strictly and each
+and so does ``{"cluster": {}}``, as in TensorFlow. TensorFlow says nothing
+about it; distrib warns (`EmptyTFConfigWarning`) when ``TF_CONFIG`` is *set*
+but blank or empty, because that is usually a launcher or a shell that lost
+the real value, and the job would otherwise quietly train as N unrelated
+single processes. A cluster with only an ``evaluator`` job also warns: it has
+no chief or worker to train, so the evaluator runs alone (TensorFlow runs an
+evaluator's strategy locally too). Everything else is checked strictly and each
 mistake gets one line naming the field, e.g.
 ``TF_CONFIG['task']['index']: 2 is out of range for job 'worker' with 2 tasks (valid 0..1)``.
 Keys TensorFlow tools add (``"job"``, ``"task": {"trial": ...}``) are ignored.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any, Mapping, Optional, Union
 
 from distrib.cluster.errors import (
@@ -33,7 +40,11 @@ from distrib.cluster.errors import (
 from distrib.cluster.resolver_base import ClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
-__all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty"]
+__all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty", "EmptyTFConfigWarning"]
+
+
+class EmptyTFConfigWarning(UserWarning):
+    """``TF_CONFIG`` is set but describes no training cluster: the process runs alone."""
 
 _SHAPE = '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
 _CLUSTER = "TF_CONFIG['cluster']"
@@ -112,6 +123,9 @@ class TFConfigClusterResolver(ClusterResolver):
     def __init__(self, tf_config: Union[str, Mapping[str, Any], None] = None,
                  environ: Optional[Mapping[str, str]] = None) -> None:
         config = load_tf_config(tf_config, environ)
+        if tf_config is None and not config and (os.environ if environ is None else environ).get(
+                "TF_CONFIG") is not None:
+            _warn_alone("TF_CONFIG is set but empty")
         self._rpc_layer = _optional_str(config, "rpc_layer")
         self._environment = _optional_str(config, "environment") or ""
         if not config:
@@ -123,7 +137,12 @@ class TFConfigClusterResolver(ClusterResolver):
                 f"single-process run)")
         self._spec = _parse_spec(config["cluster"])
         self._task_type, self._task_id = _parse_task(config.get("task"), self._spec)
+        if not self._spec and tf_config is None:
+            _warn_alone("TF_CONFIG['cluster'] is empty")
         self._layout  # noqa: B018 - derive (and so check) everything now, not at first use
+        if self._spec and not ({"chief", "worker"} & set(self._spec.jobs)):
+            _warn_alone(f"TF_CONFIG['cluster'] has no 'chief' or 'worker' job (jobs: "
+                        f"{quoted_list(self._spec.jobs)}), so nothing trains", evaluator=True)
 
     @property
     def task_type(self) -> Optional[str]:
@@ -143,6 +162,14 @@ class TFConfigClusterResolver(ClusterResolver):
     @property
     def environment(self) -> str:
         return self._environment
+
+
+def _warn_alone(what: str, evaluator: bool = False) -> None:
+    fix = ("add the training tasks to TF_CONFIG['cluster'] (e.g. \"worker\": [\"host:port\", ...])"
+           if evaluator else
+           'unset TF_CONFIG for a single-process run, or give the whole cluster: ' + _SHAPE)
+    warnings.warn(f"{what}: this process runs as a single process, not part of a cluster; {fix}",
+                  EmptyTFConfigWarning, stacklevel=3)
 
 
 def _optional_str(config: Mapping[str, Any], key: str) -> Optional[str]:

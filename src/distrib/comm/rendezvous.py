@@ -6,12 +6,20 @@ itself; while some are missing, every present task logs once which tasks it
 is waiting for and where, and after ``timeout`` seconds raises
 `RendezvousTimeoutError` naming them.
 
+Under torchrun the elastic agent already hosts a store at
+``MASTER_ADDR:MASTER_PORT`` (``TORCHELASTIC_USE_AGENT_STORE=True``): there
+rank 0 connects to it as a client instead of trying to listen on a port the
+agent holds (which made c10d print a "failed to bind" error line); since that
+store outlives a restart, the caller keeps each attempt's keys under a prefix
+of its own (`distrib.comm.attempt`).
+
 Example log line (worker 0 started first, worker 1 not yet):
     distrib: worker 0 waiting for worker 1 (127.0.0.1:23456) to join (timeout 60s)
 """
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from datetime import timedelta
@@ -28,16 +36,28 @@ _POLL_SECONDS = 0.05
 _QUIET_SECONDS = 1.0  # ordinary start-up skew; say nothing before this
 
 
+def _agent_hosts_store(port: int) -> bool:
+    """Whether torchrun's elastic agent already serves the store on ``port``."""
+    env = os.environ
+    return env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true" and \
+        env.get("MASTER_PORT") == str(port)
+
+
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout: float,
-                  describe: Callable[[int], str]) -> dist.TCPStore:
+                  describe: Callable[[int], str]) -> dist.Store:
     """Host the store (rank 0) or connect to it, within ``timeout`` seconds."""
-    if rank == 0:
+    if rank == 0 and not _agent_hosts_store(port):
         try:
             return dist.TCPStore(host, port, world_size, is_master=True,
                                  timeout=timedelta(seconds=timeout), wait_for_workers=False)
         except Exception as exc:  # address in use, unresolvable host
             raise RendezvousTimeoutError(
                 f"{describe(0)} could not listen on {host}:{port}: {first_line(exc)}") from None
+    return _connect_client(host, port, rank, world_size, timeout, describe)
+
+
+def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: float,
+                    describe: Callable[[int], str]) -> dist.TCPStore:
     start = time.monotonic()
     deadline = start + timeout
     announced = False

@@ -22,6 +22,7 @@ import signal
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
+from distrib.hooks import short_cause
 from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, task_environment
@@ -88,6 +89,7 @@ def launch(
     output: Union[None, str, TextIO] = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     python: Optional[str] = None,
+    verbose: bool = False,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -119,6 +121,8 @@ def launch(
             or a text stream (every prefixed line written to it).
         grace_seconds: time between SIGTERM and SIGKILL when stopping tasks.
         python: interpreter for the tasks (default: this one).
+        verbose: set ``DISTRIB_VERBOSE=1`` in the tasks, so distrib's own
+            errors print their full traceback, not just one line.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -140,6 +144,12 @@ def launch(
         raise ValueError(f"distrib launch: timeout must be > 0 seconds, got {timeout!r}")
     router = OutputRouter(output)
     base_env: Dict[str, str] = dict(os.environ)
+    if router.live:
+        base_env["DISTRIB_PROGRESS_TTY"] = "1"
+    else:
+        base_env.pop("DISTRIB_PROGRESS_TTY", None)
+    if verbose:
+        base_env["DISTRIB_VERBOSE"] = "1"
     for key, value in (env or {}).items():
         if value is None:
             base_env.pop(key, None)
@@ -174,6 +184,7 @@ def launch(
                     restart_count=result.restarts))
                 for task in tasks
             ]
+            router.forget_errors()
             log("starting " + ", ".join(
                 f"{t.name} ({cluster[t.task_type][t.task_index]})" for t in tasks))
             group = TaskGroup(launches, router=router, events=events, interrupts=interrupts,
@@ -207,16 +218,21 @@ def launch(
                 failure += (" from outside distrib launch (preempted? BackupAndRestore saves and "
                             "restarts on SIGTERM during fit, and exits with 0 once fit completed)")
             result.failures.append(failure)
+            # The task's last stderr line: distrib's one-line error or the traceback's last line.
+            cause = router.last_error_line(outcome.task.name) if outcome.returncode > 0 else None
+            if cause:
+                cause = short_cause(cause, outcome.task.name)
             preempted = outcome.kind == "preempted"
+            said = f"{failure} ({cause})" if cause and not preempted else failure
             if preempted and result.preemption_restarts < MAX_PREEMPTION_RESTARTS:
                 result.preemption_restarts += 1
                 result.restarts += 1
-                log(f"{failure}; restarting all tasks (not counted against max restarts)")
+                log(f"{said}; restarting all tasks (not counted against max restarts)")
                 continue
             if not preempted and counted < max_restarts:
                 counted += 1
                 result.restarts += 1
-                log(f"{failure}; restarting all tasks (restart {counted} of {max_restarts})")
+                log(f"{said}; restarting all tasks (restart {counted} of {max_restarts})")
                 continue
             if preempted:
                 tail = f"; giving up after {MAX_PREEMPTION_RESTARTS} preemption restarts"
@@ -224,6 +240,6 @@ def launch(
                 tail = f"; giving up after {max_restarts} restart{'s' if max_restarts != 1 else ''}"
             else:
                 tail = ""
-            log(f"{failure}; {_others(len(stopped))}{tail}")
+            log(f"{said}; {_others(len(stopped))}{tail}")
             result.returncode = EXIT_TASK_FAILED
             return finish()

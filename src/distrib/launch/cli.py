@@ -1,7 +1,9 @@
-"""The ``distrib`` command line: ``distrib launch [options] script.py ARGS...``.
+"""The ``distrib`` command line: ``distrib launch [options] script.py ARGS...`` and ``distrib plot``.
 
 Everything after the script (or after ``-m module``) is passed to the tasks
-untouched, even arguments that look like launcher options.
+untouched, even arguments that look like launcher options. ``distrib`` (or
+``python -m distrib``) with no command prints the help and exits 0. A
+misspelt option gets a suggestion (``--nproc-per-node`` -> ``--workers``).
 
 Example:
     >>> opts = parse_args(["launch", "--workers", "2", "train.py", "--workers", "9"])
@@ -9,6 +11,8 @@ Example:
     (2, 'train.py', ['--workers', '9'])
     >>> parse_args(["launch", "-m", "pkg.train", "--lr", "0.1"]).module
     True
+    >>> suggest_option("--worker", ["--workers", "--chief"])
+    '--workers'
 
 Exit codes: 0 success; 1 a task failed (and no restart was left); 2 bad
 command line; 124 ``--timeout`` ran out; 130 / 143 / 129 the launcher got
@@ -17,15 +21,95 @@ SIGINT / SIGTERM / SIGHUP.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, Iterable, List, NoReturn, Optional, Sequence
 
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
-from distrib.launch.exit_codes import EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
+from distrib.launch.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
 from distrib.launch.result import LaunchTimeoutError
 
-__all__ = ["LaunchOptions", "build_parser", "parse_args", "main"]
+__all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main"]
+
+TOP_EXAMPLES = """\
+examples:
+  distrib launch --workers 2 train.py            two workers on this machine
+  distrib launch --help                          every launch option, with examples
+  distrib plot logs/run1 -o curves.png           training curves from TensorBoard logs
+  python -m distrib                              this help
+
+install: pip install -c constraints.txt .   (add [plot] for distrib plot, [tensorboard] for logs)
+"""
+
+LAUNCH_EXAMPLES = """\
+examples:
+  distrib launch --workers 2 train.py --epochs 3
+      two local workers; each gets its own TF_CONFIG, output is prefixed [worker 0], [worker 1]
+  distrib launch --chief --workers 2 --ps 1 train_ps.py
+      a parameter-server job: chief (runs the ClusterCoordinator), 2 workers, 1 ps task
+  distrib launch --workers 2 --max-restarts 3 train.py
+      restart the whole group after a crash, up to 3 times (resume with BackupAndRestore)
+  distrib launch --workers 2 --timeout 600 --verbose -m mypkg.train --lr 0.1
+      run a module, stop everything after 10 minutes, full tracebacks for distrib errors
+  # multi-node (flags added by the multi-node launcher; see README "Launching"):
+  #   distrib launch --nnodes 2 --node-rank 0 --master-addr HOST --master-port PORT ... train.py
+
+A live progress bar is shown when this terminal is one (the chief's bar updates in place);
+piped to a file, each epoch prints one line. distrib's own errors print one line per task;
+--verbose (or DISTRIB_VERBOSE=1) shows their tracebacks.
+"""
+
+#: Options of other launchers people type by habit, and the distrib option that does it.
+KNOWN_ALIASES: Dict[str, str] = {
+    "--nproc-per-node": "--workers",
+    "--nproc_per_node": "--workers",
+    "--num-workers": "--workers",
+    "--np": "--workers",
+    "--max_restarts": "--max-restarts",
+    "--num-ps": "--ps",
+}
+
+
+def suggest_option(flag: str, known: Iterable[str]) -> Optional[str]:
+    """The known option ``flag`` was probably meant to be, or ``None``."""
+    name = flag.split("=", 1)[0]
+    known = list(known)
+    if KNOWN_ALIASES.get(name) in known:
+        return KNOWN_ALIASES[name]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors say which known option was probably meant."""
+
+    commands: Dict[str, argparse.ArgumentParser] = {}
+    _argv: List[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        # Unknown options surface at the top level: answer with the command's own usage.
+        command = next((a for a in self._argv if a in self.commands), None)
+        target = self.commands[command] if command else self
+        found = re.match(r"unrecognized arguments: (.*)", message)
+        if found:
+            known = [s for a in target._actions for s in a.option_strings if s.startswith("--")]
+            hints = []
+            for flag in found.group(1).split():
+                guess = suggest_option(flag, known) if flag.startswith("-") else None
+                if guess:
+                    hints.append(f"{flag.split('=', 1)[0]}: did you mean {guess}?")
+            if hints:
+                message = f"{message} ({'; '.join(hints)})"
+            message += f"; see '{target.prog} --help'"
+            target.print_usage(sys.stderr)
+            target.exit(EXIT_USAGE, f"{target.prog}: error: {message}\n")
+        super().error(message)
 
 
 @dataclass
@@ -43,6 +127,7 @@ class LaunchOptions:
     host: str = "127.0.0.1"
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     timeout: Optional[float] = None
+    verbose: bool = False
 
 
 def _count(text: str) -> int:
@@ -65,16 +150,13 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``distrib`` parser with its ``launch`` subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="distrib", description="distrib: tf.distribute's programming model on PyTorch.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.required = True
+def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     run = commands.add_parser(
         "launch", help="run a script as every task of a local cluster",
         description="Start one process per task on this host, each with its own TF_CONFIG; "
-                    "prefix their output with the task's name; stop them all when one fails.")
+                    "prefix their output with the task's name; stop them all when one fails.",
+        epilog=LAUNCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)
     run.add_argument("--workers", type=_count, default=1, metavar="N",
                      help="number of worker tasks (default: 1)")
     run.add_argument("--chief", action="store_true", help="add a chief task")
@@ -90,33 +172,67 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(default: {DEFAULT_GRACE_SECONDS:g})")
     run.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                      help="stop everything and fail after S seconds (default or 0: no limit)")
+    run.add_argument("--verbose", action="store_true",
+                     help="full tracebacks for distrib's own errors (sets DISTRIB_VERBOSE=1)")
     run.add_argument("-m", "--module", action="store_true",
                      help="TARGET is a module to run as `python -m TARGET`")
     run.add_argument("target", metavar="TARGET", help="script.py, or a module name with -m")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to every task")
+    return run
+
+
+def _add_plot(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    plot = commands.add_parser(
+        "plot", help="draw training curves from TensorBoard logs as a PNG",
+        description="Read the epoch_* scalars of a TensorBoard log directory (as the "
+                    "TensorBoard callback writes them: LOGDIR/train, LOGDIR/validation) and "
+                    "draw one panel per metric, train and validation overlaid.",
+        epilog="example:\n  distrib plot logs/run1 -o curves.png\n\n"
+               "needs matplotlib and tensorboard: pip install 'distrib[plot,tensorboard]'",
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    plot.add_argument("logdir", metavar="LOGDIR", help="the TensorBoard callback's log_dir")
+    plot.add_argument("-o", "--output", default="curves.png", metavar="PNG",
+                      help="the image to write (default: curves.png)")
+    return plot
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``distrib`` parser with its ``launch`` and ``plot`` subcommands."""
+    parser = _Parser(
+        prog="distrib", description="distrib: tf.distribute's programming model on PyTorch.",
+        epilog=TOP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     parser_class=_Parser)
+    commands.required = True
+    parser.commands = {"launch": _add_launch(commands), "plot": _add_plot(commands)}
     return parser
 
 
-def parse_args(argv: Sequence[str]) -> LaunchOptions:
-    """Parse a ``distrib`` command line (without the program name); exits 2 on bad input."""
-    ns = build_parser().parse_args(list(argv))
-    if ns.timeout == 0:
-        ns.timeout = None
+def _launch_options(ns: argparse.Namespace) -> LaunchOptions:
     return LaunchOptions(
         target=ns.target, args=list(ns.args), module=ns.module, workers=ns.workers,
         chief=ns.chief, ps=ns.ps, evaluator=ns.evaluator, max_restarts=ns.max_restarts,
-        host=ns.host, grace_seconds=ns.grace_seconds, timeout=ns.timeout)
+        host=ns.host, grace_seconds=ns.grace_seconds,
+        timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``distrib`` console script and ``python -m distrib``."""
-    opts = parse_args(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: Sequence[str]) -> LaunchOptions:
+    """Parse a ``distrib launch`` command line (without the program name); exits 2 on bad input."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    if ns.command != "launch":
+        parser.error(f"expected the launch command, got {ns.command!r}")
+    return _launch_options(ns)
+
+
+def _run_launch(opts: LaunchOptions) -> int:
     try:
         result = launch(
             opts.target, opts.args, workers=opts.workers, chief=opts.chief, ps=opts.ps,
             evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
-            host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout)
+            host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
+            verbose=opts.verbose)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:
@@ -126,6 +242,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return signal_exit_code(2)
     return result.returncode
+
+
+def _run_plot(ns: argparse.Namespace) -> int:
+    from distrib.errors import DistribError
+    from distrib.plot import plot_logdir
+
+    try:
+        figure = plot_logdir(ns.logdir, ns.output)
+    except (DistribError, ImportError, OSError) as exc:
+        print(f"distrib plot: {exc}", file=sys.stderr)
+        return EXIT_TASK_FAILED
+    panels = len(figure.axes)
+    print(f"distrib plot: wrote {ns.output} ({panels} panel{'s' if panels != 1 else ''})")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``distrib`` console script and ``python -m distrib``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_help()
+        return 0
+    ns = parser.parse_args(argv)
+    if ns.command == "plot":
+        return _run_plot(ns)
+    return _run_launch(_launch_options(ns))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,11 +1,21 @@
 """Prefix every line a task prints with the task's name, and optionally keep it.
 
-Each task's stdout and stderr are read line by line on their own threads; a
-line is written whole, under one lock, as ``[worker 1] text``, so lines of
-different tasks never mix. Output is line based: text without a newline (a
-progress bar redrawn with ``\\r``) appears once its line ends, and a carriage
-return inside a line is followed by the prefix again so a terminal still
-shows whose line it is.
+Each task's stdout and stderr are read on their own threads, chunk by chunk as
+the task writes them, and handed to one `OutputRouter`, which writes under one
+lock so output of different tasks never mixes inside a line.
+
+Two ways to show it:
+
+* **Line mode** (a pipe, a file, a text stream, ``"capture"``): a line is
+  written whole once it ends, as ``[worker 1] text``; a carriage return
+  inside a line is followed by the prefix again so a terminal replaying the
+  log still shows whose line it is.
+* **Live mode** (the launcher's stdout is a terminal): an unfinished line —
+  a progress bar redrawn with ``\\r`` — is shown at once and redrawn in place
+  on every update (``\\r[chief] 12/60 ━━━...``). When another task's line, or
+  the launcher's own message, arrives while such a bar is on screen, the bar's
+  row is cleared, the line printed above it, and the bar drawn again below, so
+  the bar is never interleaved with other text.
 
 Where lines go (`OutputRouter`'s ``output``):
 
@@ -18,25 +28,44 @@ Example:
     >>> import io
     >>> sink = io.StringIO()
     >>> router = OutputRouter(sink)
-    >>> router.task_line("worker 1", "stdout", "step 3\\rstep 4")
+    >>> router.task_text("worker 1", "stdout", "step 3\\rst")
+    >>> router.task_text("worker 1", "stdout", "ep 4\\n")
     >>> sink.getvalue()
     '[worker 1] step 3\\r[worker 1] step 4\\n'
 """
 from __future__ import annotations
 
+import codecs
 import sys
 import threading
-from typing import IO, Dict, List, Optional, TextIO, Union
+from typing import IO, Dict, List, Optional, TextIO, Tuple, Union
 
 __all__ = ["OutputRouter", "pump_lines", "OutputMode"]
 
 OutputMode = Union[None, str, TextIO]
 
-_MAX_LINE_BYTES = 1 << 16
+_MAX_LINE_CHARS = 1 << 16
+_READ_BYTES = 1 << 16
+_CLEAR_ROW = "\r\x1b[K"
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _visible(text: str) -> str:
+    """What a terminal shows of a line redrawn with ``\\r``: its last non-empty segment."""
+    for segment in reversed(text.split("\r")):
+        if segment:
+            return segment
+    return ""
 
 
 class OutputRouter:
-    """Writes prefixed task lines and launcher messages; captures them when asked.
+    """Writes prefixed task output and launcher messages; captures them when asked.
 
     Args:
         output: ``None``, ``"capture"`` or a text stream (see the module docstring).
@@ -52,21 +81,44 @@ class OutputRouter:
         self._broken = False
         self._per_task: Dict[str, List[str]] = {}
         self._combined: List[str] = []
+        self._partial: Dict[Tuple[str, str], str] = {}
+        self._open: Optional[Tuple[str, str]] = None
+        self._last_error: Dict[str, str] = {}
+        self.live = not self._capture and _isatty(self._destination("stdout"))
 
     @property
     def capturing(self) -> bool:
         return self._capture
 
-    def task_line(self, name: str, stream: str, text: str) -> None:
-        """Emit one line (without its newline) that task ``name`` wrote to ``stream``."""
-        prefix = f"[{name}] "
-        line = prefix + text.replace("\r", "\r" + prefix) + "\n"
+    def task_text(self, name: str, stream: str, text: str) -> None:
+        """Take any piece of what task ``name`` wrote to ``stream`` (lines or part of one)."""
+        key = (name, stream)
         with self._lock:
-            if self._capture:
-                self._per_task.setdefault(name, []).append(text + "\n")
-                self._combined.append(line)
-            else:
-                self._write(line, sys.stdout if stream == "stdout" else sys.stderr)
+            lines = (self._partial.pop(key, "") + text).split("\n")
+            rest = lines.pop()
+            for line in lines:
+                self._line(key, line[:-1] if line.endswith("\r") else line)
+            if len(rest) > _MAX_LINE_CHARS:
+                self._line(key, rest)
+                rest = ""
+            if self.live and "\r" in rest[:-1]:
+                rest = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
+            if rest:
+                self._partial[key] = rest
+                if self.live and _visible(rest):
+                    self._draw_open(key)
+
+    def task_end(self, name: str, stream: str) -> None:
+        """The task closed ``stream``: an unfinished last line is written as a line."""
+        with self._lock:
+            rest = self._partial.pop((name, stream), "")
+            if rest:
+                self._line((name, stream), rest)
+
+    def task_line(self, name: str, stream: str, text: str) -> None:
+        """Emit one whole line (without its newline) that task ``name`` wrote to ``stream``."""
+        with self._lock:
+            self._line((name, stream), text)
 
     def launcher_line(self, text: str) -> None:
         """Emit one of the launcher's own messages (``distrib launch: ...``)."""
@@ -74,7 +126,17 @@ class OutputRouter:
             if self._capture:
                 self._combined.append(text + "\n")
             else:
-                self._write(text + "\n", sys.stderr)
+                self._write_above(text + "\n", self._destination("stderr"))
+
+    def last_error_line(self, name: str) -> Optional[str]:
+        """The last non-blank line task ``name`` wrote to stderr (its one-line cause), if any."""
+        with self._lock:
+            return self._last_error.get(name)
+
+    def forget_errors(self) -> None:
+        """Drop the remembered stderr lines (a new attempt starts)."""
+        with self._lock:
+            self._last_error.clear()
 
     def ensure_task(self, name: str) -> None:
         """Record ``name`` so that `outputs` lists it even if it prints nothing."""
@@ -95,12 +157,53 @@ class OutputRouter:
         with self._lock:
             return "".join(self._combined)
 
-    def _write(self, line: str, default: TextIO) -> None:
+    # -- internals (called with the lock held) -------------------------------
+
+    def _destination(self, stream: str) -> TextIO:
+        if self._stream is not None:
+            return self._stream
+        return sys.stdout if stream == "stdout" else sys.stderr
+
+    def _line(self, key: Tuple[str, str], text: str) -> None:
+        name, stream = key
+        prefix = f"[{name}] "
+        if stream == "stderr" and text.strip():
+            self._last_error[name] = _visible(text).strip()
+        if self._capture:
+            self._per_task.setdefault(name, []).append(text + "\n")
+            self._combined.append(prefix + text.replace("\r", "\r" + prefix) + "\n")
+        elif self.live:
+            if self._open == key:
+                self._open = None
+                self._write(_CLEAR_ROW + prefix + _visible(text) + "\n", self._destination(stream))
+            else:
+                self._write_above(prefix + _visible(text) + "\n", self._destination(stream))
+        else:
+            self._write(prefix + text.replace("\r", "\r" + prefix) + "\n", self._destination(stream))
+
+    def _draw_open(self, key: Tuple[str, str]) -> None:
+        self._open = key
+        self._write(f"{_CLEAR_ROW}[{key[0]}] {_visible(self._partial[key])}",
+                    self._destination(key[1]))
+
+    def _write_above(self, text: str, stream: TextIO) -> None:
+        """Write whole lines; in live mode above the bar on screen, which is then redrawn."""
+        if not (self.live and self._open is not None):
+            self._write(text, stream)
+            return
+        bar = self._open
+        self._write(_CLEAR_ROW, self._destination(bar[1]))
+        self._write(text, stream)
+        if bar in self._partial:
+            self._draw_open(bar)
+        else:
+            self._open = None
+
+    def _write(self, text: str, stream: TextIO) -> None:
         if self._broken:
             return
-        stream = self._stream if self._stream is not None else default
         try:
-            stream.write(line)
+            stream.write(text)
             stream.flush()
         except (OSError, ValueError):
             # The reader closed our output (e.g. piped into `head`); keep
@@ -109,15 +212,18 @@ class OutputRouter:
 
 
 def pump_lines(pipe: IO[bytes], name: str, stream: str, router: OutputRouter) -> None:
-    """Read ``pipe`` to its end, handing each line to ``router`` (runs on its own thread)."""
+    """Read ``pipe`` to its end, handing each piece to ``router`` as it arrives (own thread)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    read = getattr(pipe, "read1", pipe.read)
     with pipe:
         while True:
-            raw = pipe.readline(_MAX_LINE_BYTES)
+            raw = read(_READ_BYTES)
             if not raw:
-                return
-            text = raw.decode("utf-8", errors="replace")
-            if text.endswith("\n"):
-                text = text[:-1]
-                if text.endswith("\r"):
-                    text = text[:-1]
-            router.task_line(name, stream, text)
+                break
+            text = decoder.decode(raw)
+            if text:
+                router.task_text(name, stream, text)
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            router.task_text(name, stream, tail)
+    router.task_end(name, stream)

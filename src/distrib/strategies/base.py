@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from distrib.hooks import install_excepthook
 from distrib.comm.collective import Collective, LocalCollective, ReduceOp
 from distrib.comm.options import CommunicationOptions
 from distrib.strategies import context
@@ -57,6 +58,7 @@ class Strategy:
         cluster_resolver: Any = None,
         communication_options: Optional[CommunicationOptions] = None,
     ) -> None:
+        install_excepthook()
         tune_host_allocator()
         self._collective = collective or LocalCollective()
         self._device = torch.device(device) if device is not None else torch.device("cpu")
