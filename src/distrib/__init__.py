@@ -43,6 +43,7 @@ _LAZY_ATTRS = {
     "MultiWorkerMirroredStrategy": ("distrib.strategies.multi_worker", "MultiWorkerMirroredStrategy"),
     "OneDeviceStrategy": ("distrib.strategies.one_device", "OneDeviceStrategy"),
     "Model": ("distrib.training", "Model"),
+    "SidecarEvaluator": ("distrib.training.sidecar", "SidecarEvaluator"),
     "MirroredStrategy": ("distrib.strategies.mirrored", "MirroredStrategy"),
     "ParameterServerStrategy": ("distrib.strategies.parameter_server", "ParameterServerStrategy"),
     "NcclAllReduce": ("distrib.strategies.cross_device_ops", "NcclAllReduce"),
