@@ -91,3 +91,15 @@ def test_killed_evaluator_neither_stops_training_nor_repeats_after_restart(tmp_p
     assert "evaluated ckpt-1" not in proc.stdout
     assert _evaluated(tmp_path) == NAMES  # none twice, none missed
     assert _tensorboard_steps(tmp_path, "loss") == list(range(1, EPOCHS + 1))
+
+
+@pytest.mark.slow
+def test_evaluator_beside_a_parameter_server_job_reads_the_chiefs_checkpoints(tmp_path):
+    from distrib.launch import launch
+
+    script = os.path.join(ROOT, "tests", "distributed", "sidecar_ps_job.py")
+    result = launch(script, chief=True, workers=1, ps=1, evaluator=True, output="capture",
+                    timeout=240, grace_seconds=5, env={"SIDECAR_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    assert result.ok, result.output
+    assert result.tasks["evaluator"].returncode == 0
+    assert _evaluated(tmp_path) == NAMES
