@@ -51,7 +51,8 @@ _LAZY_ATTRS = {
     "ReductionToOneDevice": ("distrib.strategies.cross_device_ops", "ReductionToOneDevice"),
 }
 _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "losses", "metrics", "optimizers",
-                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator"}
+                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator",
+                 "mixed_precision"}
 
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 

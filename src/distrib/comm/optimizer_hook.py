@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-__all__ = ["register_parameters"]
+__all__ = ["register_parameters", "synchronize_gradients"]
 
 _lock = threading.Lock()
 _owner: Dict[int, Tuple["weakref.ref", "weakref.ref"]] = {}  # id(param) -> (param, synchronizer)
@@ -48,6 +48,15 @@ def _synchronizers_for(optimizer: torch.optim.Optimizer) -> List:
     return [s for s in (r() for r in found.values()) if s is not None]
 
 
-def _before_step(optimizer, args, kwargs) -> None:
+def synchronize_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Complete the gradient sum of ``optimizer``'s parameters now (a collective; idempotent per step).
+
+    For code that must look at the summed gradients before deciding whether
+    to step (loss scaling's overflow check), so every replica decides alike.
+    """
     for sync in _synchronizers_for(optimizer):
         sync.finish()
+
+
+def _before_step(optimizer, args, kwargs) -> None:
+    synchronize_gradients(optimizer)
