@@ -148,3 +148,15 @@ def test_state_file_lives_in_the_eval_dir_and_is_plain_json(tmp_path):
     doc = json.loads((tmp_path / "logs" / "eval" / "sidecar_state.json").read_text())
     assert doc["format"] == "distrib-sidecar-state" and _names(doc["evaluated"]) == ["ckpt-1"]
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "logs" / "eval"))
+
+
+def test_reads_a_checkpoint_of_a_whole_distrib_model(tmp_path):
+    trained = _model()
+    trained.fit(X, Y, batch_size=8, epochs=1, verbose=0)
+    CheckpointManager(Checkpoint(model=trained), str(tmp_path / "ckpt"), max_to_keep=None).save()
+    evaluator = _evaluator(tmp_path / "ckpt", tmp_path / "logs")
+    (entry,) = evaluator.start()
+    expected = trained.evaluate(_data(), verbose=0, return_dict=True)
+    assert entry["metrics"] == pytest.approx({k: float(v) for k, v in expected.items()})
+    assert all(torch.equal(a, b) for a, b in zip(evaluator.model.module.state_dict().values(),
+                                                  trained.module.state_dict().values()))
