@@ -103,3 +103,16 @@ def test_evaluator_beside_a_parameter_server_job_reads_the_chiefs_checkpoints(tm
     assert result.ok, result.output
     assert result.tasks["evaluator"].returncode == 0
     assert _evaluated(tmp_path) == NAMES
+
+
+def test_a_failing_evaluator_does_not_fail_the_launch(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+        "sys.exit(3 if task['type'] == 'evaluator' else 0)\n")
+    result = run_script(str(script), num_workers=2, evaluator=True, timeout=60)
+    assert result.ok, result.output
+    assert result.tasks["evaluator"].returncode == 3
+    assert result.tasks["worker 0"].returncode == 0 and result.tasks["worker 1"].returncode == 0
+    assert "evaluator failed with exit code 3; training goes on without it" in result.output
