@@ -4,6 +4,9 @@ Shown: it evaluates every checkpoint of the job exactly once (state file and
 TensorBoard events), a SIGKILL in the middle of an evaluation neither stops
 training nor makes a restarted evaluator repeat or miss a checkpoint, and the
 workers' final weights are those of the same job without an evaluator.
+The job-level tests take a minute or more each on a shared 2-core machine,
+so they are ``slow`` (run them with ``-m slow``); the launcher's tolerance of a
+failed evaluator is checked in the default run.
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ def baseline_weights(tmp_path_factory):
     return _load(work / "weights.json")
 
 
+@pytest.mark.slow
 def test_evaluator_sees_every_checkpoint_once_and_changes_nothing(tmp_path, baseline_weights):
     result = run_script(EXAMPLE, num_workers=2, evaluator=True, timeout=240,
                         env=_env(tmp_path, tmp_path / "weights.json"))
