@@ -43,6 +43,7 @@ _LAZY_ATTRS = {
     "MultiWorkerMirroredStrategy": ("distrib.strategies.multi_worker", "MultiWorkerMirroredStrategy"),
     "OneDeviceStrategy": ("distrib.strategies.one_device", "OneDeviceStrategy"),
     "Model": ("distrib.training", "Model"),
+    "SidecarEvaluator": ("distrib.training.sidecar", "SidecarEvaluator"),
     "MirroredStrategy": ("distrib.strategies.mirrored", "MirroredStrategy"),
     "ParameterServerStrategy": ("distrib.strategies.parameter_server", "ParameterServerStrategy"),
     "NcclAllReduce": ("distrib.strategies.cross_device_ops", "NcclAllReduce"),
@@ -50,7 +51,8 @@ _LAZY_ATTRS = {
     "ReductionToOneDevice": ("distrib.strategies.cross_device_ops", "ReductionToOneDevice"),
 }
 _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "losses", "metrics", "optimizers",
-                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator", "plot"}
+                 "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator", "plot",
+                 "mixed_precision"}
 
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 

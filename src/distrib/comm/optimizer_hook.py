@@ -22,7 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from distrib.errors import DistribError
 
-__all__ = ["register_parameters", "install", "UnsyncedParameterError"]
+__all__ = ["register_parameters", "install", "synchronize_gradients", "UnsyncedParameterError"]
 
 _lock = threading.Lock()
 _owner: Dict[int, Tuple["weakref.ref", "weakref.ref"]] = {}  # id(param) -> (param, synchronizer)
@@ -74,6 +74,16 @@ def _lookup(optimizer: torch.optim.Optimizer) -> Tuple[List, List[torch.Tensor]]
         _cache[optimizer] = cached
     syncs = [s for s in (r() for r in cached[1]) if s is not None]
     return syncs, [p for p in (r() for r in cached[2]) if p is not None]
+
+
+def synchronize_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Complete the gradient sum of ``optimizer``'s parameters now (a collective; idempotent per step).
+
+    For code that must look at the summed gradients before deciding whether
+    to step (loss scaling's overflow check), so every replica decides alike.
+    """
+    for sync in _lookup(optimizer)[0]:
+        sync.finish()
 
 
 def _before_step(optimizer, args, kwargs) -> None:

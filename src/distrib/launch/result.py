@@ -43,8 +43,9 @@ class LaunchResult:
     """The outcome of `distrib.launch.launch`.
 
     Attributes:
-        returncode: ``0`` when every chief/worker/evaluator task finished
-            cleanly; ``1`` when a task failed and no restart was left;
+        returncode: ``0`` when every chief/worker task finished cleanly
+            (a failed evaluator is reported in ``tasks`` and ``output`` but
+            does not fail the launch); ``1`` when a task failed and no restart was left;
             ``128 + N`` when the launcher received signal ``N``.
         restarts: how many times the whole group was restarted (failures and
             preemptions together; tasks see it as ``DISTRIB_RESTART_COUNT``).

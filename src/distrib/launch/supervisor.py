@@ -7,7 +7,8 @@ that ends the attempt:
   or ``preempted`` when the code is `RESTART_EXIT_CODE` — except a ``worker``
   of a parameter-server job (one with ``ps`` tasks and a chief): the chief's
   coordinator re-schedules that worker's functions, so the launcher reports
-  the loss once and lets the job go on;
+  the loss once and lets the job go on — and except the ``evaluator``, a
+  side-car that training never waits for: its failure is reported once too;
 * every chief/worker task has finished cleanly: the ps tasks (servers that
   never exit on their own) are stopped, and once the evaluator (if any) has
   finished too -> ``success``;
@@ -125,6 +126,12 @@ class TaskGroup:
             for index in self._exit_order:
                 task = self._tasks[index]
                 if task.stopped or task.returncode == 0 or index in self._tolerated:
+                    continue
+                if task.launch.spec.task_type == "evaluator":
+                    self._tolerated.add(index)
+                    self._router.launcher_line(
+                        f"distrib launch: evaluator {describe_returncode(task.returncode)}; "
+                        f"training goes on without it (restart it by hand to resume evaluation)")
                     continue
                 if self._workers_are_replaceable and task.launch.spec.task_type == "worker" \
                         and task.returncode != RESTART_EXIT_CODE:

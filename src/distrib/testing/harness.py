@@ -177,6 +177,7 @@ def run_script(
     max_restarts: int = 0,
     module: bool = False,
     cwd: Optional[str] = None,
+    evaluator: bool = False,
 ) -> LaunchResult:
     """Launch a script (or module) as a test cluster with its output captured.
 
@@ -184,13 +185,14 @@ def run_script(
     ``result.returncode``, ``result.failures``, ``result.tasks``,
     ``result.outputs["worker 1"]`` (that task's output) and
     ``result.output`` (everything, prefixed, with the launcher's messages).
+    ``evaluator=True`` adds an ``evaluator`` task (``distrib launch --evaluator``).
 
     Raises:
         ClusterRunError: time ran out (every task was stopped).
     """
     try:
         return launch(path_or_module, [str(a) for a in args], workers=num_workers, chief=chief,
-                      module=module, max_restarts=max_restarts, timeout=timeout,
+                      evaluator=evaluator, module=module, max_restarts=max_restarts, timeout=timeout,
                       output="capture", env=_task_env(env, None), cwd=cwd,
                       grace_seconds=_GRACE_SECONDS)
     except LaunchTimeoutError as exc:

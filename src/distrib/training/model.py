@@ -83,6 +83,8 @@ class Model:
         self._compile_args: Optional[Dict[str, Any]] = None
         self.optimizer: Any = None
         self._torch_optimizer: Optional[torch.optim.Optimizer] = None
+        #: fit's loss scaling under the mixed_float16 policy (made on first use).
+        self._loss_scale_optimizer: Any = None
         self._compiled_loss: Optional[CompiledLoss] = None
         self._compiled_metrics: Optional[CompiledMetrics] = None
         self._loss_tracker = LossTracker(self._strategy)

@@ -8,6 +8,9 @@ A training step on one replica's part of a global batch of ``G`` examples::
 
 The strategy sums gradients across the ``N`` replicas before the optimizer
 steps, so the update equals one process's step on the whole global batch.
+Under a mixed `distrib.mixed_precision` policy the forward pass runs in
+``torch.autocast`` (outputs cast back to float32, loss in float32); under
+``mixed_float16`` the step goes through a `LossScaleOptimizer`.
 Errors raised by the module or the loss are re-raised with the shapes that
 caused them.
 """
@@ -100,9 +103,24 @@ def call_module(model: "Model", x: Any) -> Any:
     """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
 
     A Keras 3 model (torch backend) also gets ``training=`` from the module's
-    train/eval mode, as Keras's own ``fit`` passes it.
+    train/eval mode, as Keras's own ``fit`` passes it. Under a mixed global
+    policy the call runs in ``torch.autocast`` on the parameters' device type
+    and floating outputs come back as float32.
     """
+    from distrib.mixed_precision.policy import global_policy
+
     x = _prepare_x(model, x)
+    policy = global_policy()
+    if not policy.is_mixed:
+        return _call(model, x)
+    device, _ = _placement(model)
+    with torch.autocast(device_type=device.type, dtype=policy.torch_compute_dtype):
+        out = _call(model, x)
+    return map_structure(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                         and t.dtype != torch.float32 else t, out)
+
+
+def _call(model: "Model", x: Any) -> Any:
     phase = _phase_kwargs(model.module)
     try:
         if isinstance(x, dict):
@@ -159,14 +177,34 @@ def _train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tens
     y, sw = _to_device(model, y), _to_device(model, sw)
     y_pred = call_module(model, x)
     loss = _loss(model, y, y_pred, sw, global_batch_size)
-    loss.backward()
-    opt = model.torch_optimizer
-    opt.step()  # type: ignore[union-attr]
-    opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+    scaler = _loss_scaler(model)
+    if scaler is None:
+        loss.backward()
+        opt = model.torch_optimizer
+        opt.step()  # type: ignore[union-attr]
+        opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+    else:
+        scaler.get_scaled_loss(loss).backward()
+        scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
+        scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
     model._loss_tracker.update(loss, global_batch_size)
     _update_metrics(model, y, y_pred, sw)
     return loss
+
+
+def _loss_scaler(model: "Model") -> Any:
+    """The model's `LossScaleOptimizer` under ``mixed_float16`` (made on first use), else None."""
+    from distrib.mixed_precision import LossScaleOptimizer, global_policy
+
+    if not global_policy().needs_loss_scaling:
+        return None
+    opt = model.torch_optimizer
+    scaler = getattr(model, "_loss_scale_optimizer", None)
+    if scaler is None or scaler.inner_optimizer is not opt:
+        scaler = LossScaleOptimizer(opt)  # type: ignore[arg-type]
+        model._loss_scale_optimizer = scaler
+    return scaler
 
 
 def test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
