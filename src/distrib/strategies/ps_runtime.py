@@ -98,7 +98,7 @@ def _reason(exc: BaseException) -> str:
     if code == "DEADLINE_EXCEEDED":
         return f"no answer in time ({text})"
     if code == "UNAVAILABLE":
-        return f"connection failed (the process died?) ({text})"
+        return "connection closed (the process died?)"
     if code == "UNAUTHENTICATED":
         return f"the call was refused ({text})"
     return text
@@ -265,9 +265,9 @@ class Runtime:
             return
         others = self.cluster.tasks[1:]
         quick = min(5.0, self.timeout)
-        graceful = all(self._answers(f) for f in [self._try_async(t, ping, (), quick) for t in others])
+        graceful = all([self._answers(f) for f in [self._try_async(t, ping, (), quick) for t in others]])
         futures = [self._try_async(t, _request_stop, (graceful,), quick) for t in others]
-        acked = all(self._answers(f) for f in futures)
+        acked = all([self._answers(f) for f in futures])   # wait for every ack before closing channels
         self._leave(graceful=graceful and acked)
 
     def _try_async(self, task: TaskInfo, fn: Callable, args: Sequence, timeout: float) -> Any:
