@@ -11,7 +11,8 @@ from typing import Optional
 from distrib.comm.errors import DistribCommError
 from distrib.errors import DistribError
 
-__all__ = ["UnavailableError", "CancelledError", "RemoteError", "PeerError", "ChannelError", "ChannelConfigError"]
+__all__ = ["UnavailableError", "CancelledError", "RemoteError", "PeerError", "ChannelError",
+           "ChannelConfigError"]
 
 
 class UnavailableError(DistribCommError):
