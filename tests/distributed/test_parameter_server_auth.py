@@ -103,6 +103,14 @@ def scenario_stranger(marker_dir: str) -> None:
                 except ChannelError as exc:
                     out["refused"][f"{job}/{how}/{handler}"] = exc.code
             channel.close()
+        if tls is not None:   # the job's own secret, but plain TCP: the TLS server does not answer
+            plain = Channel(address, CallAuth(os.environ["DISTRIB_JOB_SECRET"].encode()), None)
+            try:
+                plain.call_async("distrib.strategies.ps_runtime:ping", (), 10).wait()
+                out[f"{job}/plaintext"] = "ANSWERED"
+            except ChannelError as exc:
+                out[f"{job}/plaintext"] = exc.code
+            plain.close()
         raw = grpc.insecure_channel(address) if tls is None else None
         if raw is not None:
             request = ps_wire.encode((name, args))
@@ -169,10 +177,11 @@ def test_tls_job_trains_and_refuses_strangers(tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
     cert, key = _self_signed(tmp_path)
-    r, result = _run(["stranger", str(markers)], {"DISTRIB_JOB_SECRET": "another-secret",
+    r, _ = _run(["stranger", str(markers)], {"DISTRIB_JOB_SECRET": "another-secret",
                                                   "DISTRIB_TLS_CERT": str(cert), "DISTRIB_TLS_KEY": str(key)})
     # With TLS the stranger's channels share the job's certificate, so only the token stops them.
     _assert_refused(r, {"UNAUTHENTICATED"})
+    assert r["worker/plaintext"] == r["ps/plaintext"] == "UNAVAILABLE", r
     assert sorted(os.listdir(markers)) == []
 
 

@@ -56,7 +56,7 @@ _STOP = threading.Event()
 
 
 def ping() -> int:
-    """RPC handler: proves the task is alive (its pid)."""
+    """Channel handler: proves the task is alive (its pid)."""
     return os.getpid()
 
 
@@ -64,14 +64,14 @@ _GRACEFUL = [True]
 
 
 def _request_stop(graceful: bool) -> None:
-    """RPC handler: the chief's program ended; leave `serve` (together with everyone if ``graceful``)."""
+    """Channel handler: the chief's program ended; leave `serve` (together with everyone if ``graceful``)."""
     _GRACEFUL[0] = bool(graceful)
     _STOP.set()
     _MAIN_WORK.put(None)
 
 
 def run_on_main_thread(work: Callable[[], Any]) -> torch.futures.Future:
-    """Queue ``work`` for the serving main thread; the future gets its return value."""
+    """Queue ``work`` (from a handler thread) for the serving main thread; the future gets its return value."""
     future: torch.futures.Future = torch.futures.Future()
     _MAIN_WORK.put((work, future))
     return future
@@ -224,7 +224,7 @@ class Runtime:
 
     # ------------------------------------------------------------ serving
     def serve(self) -> None:
-        """Run work queued by RPC handlers in this (main) thread until the chief says stop.
+        """Run work queued by channel handlers in this (main) thread until the chief says stop.
 
         Returns normally after a stop request; exits the process with status 1
         and one line if the chief stops answering.
@@ -256,7 +256,7 @@ class Runtime:
 
     # ------------------------------------------------------------ leaving
     def shutdown_cluster(self) -> None:
-        """Chief: tell every other task to exit, then leave the world (idempotent).
+        """Chief: tell every other task to exit, then stop serving (idempotent).
 
         Each task acknowledges the stop request before it stops serving; the chief
         stops its own server last (tasks ping it until they have stopped).
