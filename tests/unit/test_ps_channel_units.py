@@ -123,3 +123,13 @@ def test_forged_payload_is_only_unpickled_by_an_unauthenticated_server(tmp_path)
         secured.stop(0)
         open_server.stop(0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["open"]
+
+
+def test_no_secret_warns_once_naming_the_fix(monkeypatch):
+    from distrib.strategies import ps_runtime
+
+    monkeypatch.setattr(ps_runtime, "_WARNED", [])
+    with pytest.warns(UserWarning, match="DISTRIB_JOB_SECRET is not set.*unauthenticated") as seen:
+        ps_runtime._warn_unauthenticated()
+        ps_runtime._warn_unauthenticated()
+    assert len(seen) == 1
