@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from distrib.comm.secret import new_secret
 from distrib.launch import launch
 from distrib.launch.result import LaunchTimeoutError
 
@@ -26,7 +27,7 @@ def run_ps_cluster(target: str, args=(), *, workers: int = 2, ps: int = 1, timeo
     """Launch ``target`` as chief + workers + ps; return the launch result (must succeed)."""
     try:
         result = launch(target, list(args), workers=workers, chief=True, ps=ps, output="capture",
-                        timeout=timeout, grace_seconds=5, env={"OMP_NUM_THREADS": "1", **(env or {})})
+                        timeout=timeout, grace_seconds=5, env={"OMP_NUM_THREADS": "1", "DISTRIB_JOB_SECRET": new_secret(), **(env or {})})
     except LaunchTimeoutError as exc:
         pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
     assert result.returncode == 0, result.output[-6000:]

@@ -2,7 +2,7 @@
 
 Every task of the cluster runs the same script (``distrib launch --chief
 --workers 2 --ps 1 train.py``). Constructing the strategy joins the task to
-the job's RPC world, and then:
+the job's channel (gRPC, authenticated with the job secret), and then:
 
 * on a **ps** or **worker** task it *serves* — holding variables, or running
   the functions the chief schedules — until the chief's program ends, and

@@ -6,13 +6,13 @@ Example:
 """
 from __future__ import annotations
 
-from distrib.errors import DistribError
-
 from typing import Optional
 
 from distrib.comm.errors import DistribCommError
+from distrib.errors import DistribError
 
-__all__ = ["UnavailableError", "CancelledError", "RemoteError"]
+__all__ = ["UnavailableError", "CancelledError", "RemoteError", "PeerError", "ChannelError",
+           "ChannelConfigError"]
 
 
 class UnavailableError(DistribCommError):
@@ -38,3 +38,23 @@ class CancelledError(DistribCommError):
 class RemoteError(DistribError, RuntimeError):
     """Holds the traceback of an exception raised on a worker; set as the ``__cause__`` of the
     re-raised exception so the remote stack is shown."""
+
+
+class PeerError(DistribError, RuntimeError):
+    """A handler raised on the called task (not a transport failure): ``"on ps 0: KeyError: ..."``."""
+
+
+class ChannelError(DistribError, ConnectionError):
+    """A call on the parameter-server channel failed in transport (or was refused).
+
+    Attributes:
+        code: the gRPC status name, e.g. ``"UNAVAILABLE"``, ``"DEADLINE_EXCEEDED"``, ``"UNAUTHENTICATED"``.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ChannelConfigError(DistribError, ValueError):
+    """The channel's TLS settings cannot be used (a missing or unreadable file, half a key pair)."""

@@ -1,21 +1,26 @@
-"""The RPC world of a parameter-server job: joining it, calling tasks, serving, leaving.
+"""The channel of a parameter-server job: joining it, calling tasks, serving, leaving.
 
-Transport: ``torch.distributed.rpc`` over TensorPipe (CPU). It moves tensors
-without pickling their data, runs handlers on a thread pool, bounds every call
-with a timeout, and reports a peer that died (even by SIGKILL) as a failed
-call at once — what asynchronous training with retries needs.
+Transport: gRPC (`distrib.strategies.ps_transport_grpc`). Every task serves
+the handlers of its role (chief: ``ping``; worker: ``ping``, ``stop``, run a
+scheduled function; ps: ``ping``, ``stop``, the variable handlers of
+`distrib.strategies.ps_server`) on a free port of its ``TF_CONFIG`` host.
+With a job secret (`distrib.comm.secret.job_secret`, which `distrib launch`
+sets) every call is authenticated before its bytes are deserialized
+(`distrib.strategies.ps_auth`); without one the job runs unauthenticated
+and each task warns once. Every call has a deadline, and a peer that died
+(even by SIGKILL) fails calls at once (connection refused).
 
 Start-up: every task first meets the others at the chief's ``TF_CONFIG``
 address (a ``torch.distributed`` TCP store hosted by the chief), which names
-any task that never arrives; the chief then publishes a fresh port on which
-``rpc.init_rpc`` forms the world (chief, workers, ps in rank order).
+any task that never arrives; each then publishes its server's port there
+and reads the others'.
 
 Shutdown: worker and ps tasks serve in their main thread (`serve`) until the
 chief tells them to stop — which the chief does when its program ends
-(`shutdown_cluster`, registered with ``atexit``) — and then leave the world
-and exit with status 0. If the chief disappears without saying so, each task
-notices within the timeout (it pings the chief) and exits with status 1 and
-one line naming the chief.
+(`shutdown_cluster`, registered with ``atexit``) — and then stop their
+server and exit with status 0. If the chief disappears without saying so,
+each task notices within the timeout (it pings the chief) and exits with
+status 1 and one line naming the chief.
 """
 from __future__ import annotations
 
@@ -27,29 +32,33 @@ import threading
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
-import torch.distributed.rpc as rpc
 
+from distrib.cluster.address import parse_address
 from distrib.cluster.task import TaskInfo
 from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
-from distrib.strategies.ps_cluster import PSCluster, rpc_name
-from distrib.strategies.ps_errors import UnavailableError
+from distrib.comm.secret import job_secret
+from distrib.strategies.ps_auth import CallAuth
+from distrib.strategies.ps_cluster import PSCluster
+from distrib.strategies.ps_errors import ChannelError, PeerError, UnavailableError
+from distrib.strategies.ps_transport_grpc import Channel, Server, tls_from_env
 
-__all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping"]
+__all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "handler_name"]
 
 log = logging.getLogger("distrib.ps")
 
-_RPC_PORT_KEY = "distrib/ps/rpc_port"
+_PORT_KEY = "distrib/ps/grpc_port/"
+_WARNED: list = []
 _MAIN_WORK: "queue.Queue[Any]" = queue.Queue()
 _JOINED: list = []
 _STOP = threading.Event()
 
 
 def ping() -> int:
-    """RPC handler: proves the task is alive (its pid)."""
+    """Channel handler: proves the task is alive (its pid)."""
     return os.getpid()
 
 
@@ -57,14 +66,14 @@ _GRACEFUL = [True]
 
 
 def _request_stop(graceful: bool) -> None:
-    """RPC handler: the chief's program ended; leave `serve` (together with everyone if ``graceful``)."""
+    """Channel handler: the chief's program ended; leave `serve` (together with everyone if ``graceful``)."""
     _GRACEFUL[0] = bool(graceful)
     _STOP.set()
     _MAIN_WORK.put(None)
 
 
 def run_on_main_thread(work: Callable[[], Any]) -> torch.futures.Future:
-    """Queue ``work`` for the serving main thread; the future gets its return value."""
+    """Queue ``work`` (from a handler thread) for the serving main thread; the future gets its return value."""
     future: torch.futures.Future = torch.futures.Future()
     _MAIN_WORK.put((work, future))
     return future
@@ -77,19 +86,50 @@ def unavailable(description: str, exc: BaseException, task: Optional[str] = None
 
 def is_remote_exception(exc: BaseException) -> bool:
     """True when ``exc`` was raised by the handler on the peer (not by the transport)."""
-    return "On WorkerInfo(" in str(exc)
+    return isinstance(exc, PeerError)
+
+
+def handler_name(fn: Callable) -> str:
+    """The name a handler is called by on the channel: ``"distrib.strategies.ps_server:inventory"``."""
+    return f"{fn.__module__}:{fn.__qualname__}"
 
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    text = text.split(" (this error originated at", 1)[0]
-    if "timeout" in text.lower() or "timed out" in text.lower():
+    code = getattr(exc, "code", None)
+    if code == "DEADLINE_EXCEEDED":
         return f"no answer in time ({text})"
-    return {"eof": "connection closed (the process died?)"}.get(text, text)
+    if code == "UNAVAILABLE":
+        return "connection closed (the process died?)"
+    if code == "UNAUTHENTICATED":
+        return f"the call was refused ({text})"
+    return text
+
+
+def _warn_unauthenticated() -> None:
+    if not _WARNED:
+        _WARNED.append(True)
+        warnings.warn("distrib: DISTRIB_JOB_SECRET is not set, so the parameter-server channel is "
+                      "unauthenticated: anyone who can reach this job's ports can run code in it. "
+                      "`distrib launch` sets a secret per job; otherwise set the same "
+                      "DISTRIB_JOB_SECRET on every task", UserWarning, stacklevel=3)
+
+
+def _handlers(role: str) -> Dict[str, Callable]:
+    from distrib.strategies import ps_server, ps_worker
+
+    fns: List[Callable] = [ping]
+    if role == "worker":
+        fns += [_request_stop, ps_worker.run_closure]
+    elif role == "ps":
+        fns += [_request_stop, ps_server.create_variables, ps_server.write_variables,
+                ps_server.read_variables, ps_server.create_optimizer, ps_server.apply_gradients,
+                ps_server.inventory]
+    return {handler_name(f): f for f in fns}
 
 
 class Runtime:
-    """This process's membership in the RPC world.
+    """This process's membership in the parameter-server channel.
 
     Args:
         cluster: the validated cluster.
@@ -100,6 +140,8 @@ class Runtime:
         self.cluster = cluster
         self.timeout = float(timeout)
         self._store = None
+        self._server: Optional[Server] = None
+        self._channels: Dict[TaskInfo, Channel] = {}
         self._started = False
         self._closed = False
 
@@ -109,7 +151,7 @@ class Runtime:
 
     # ------------------------------------------------------------ joining
     def start(self) -> None:
-        """Meet every task at the chief, then form the RPC world (bounded by the timeout)."""
+        """Meet every task at the chief, serve, and learn the others' ports (bounded by the timeout)."""
         if _JOINED:
             raise RuntimeError("ParameterServerStrategy: this process already joined a parameter-server "
                                "job; create the strategy once per process")
@@ -117,29 +159,45 @@ class Runtime:
         c = self.cluster
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
+        tls = tls_from_env()
+        secret = job_secret()
+        auth = CallAuth(secret) if secret else None
+        if auth is None:
+            _warn_unauthenticated()
         store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
         store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout
         self._store = attempt_store(store)
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
-        if rank == 0:
-            from distrib.launch.ports import free_port
-
-            self._store.set(_RPC_PORT_KEY, str(free_port(host)))
-        rpc_port = int(self._store.get(_RPC_PORT_KEY))
-        options = rpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://{_bracket(host)}:{rpc_port}", rpc_timeout=self.timeout,
-            num_worker_threads=max(8, 2 * world))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # torch's own deprecation noise in init_rpc
-            rpc.init_rpc(rpc_name(c.task), rank=rank, world_size=world, rpc_backend_options=options)
+        my_host = self._host_of(c.task)
+        self._server = Server(my_host, _handlers(c.task.task_type), auth, tls, threads=max(8, 2 * world))
+        self._store.set(f"{_PORT_KEY}{rank}", str(self._server.port))
+        for peer_rank, task in enumerate(c.tasks):
+            if peer_rank == rank:
+                continue
+            text = self._store.get(f"{_PORT_KEY}{peer_rank}").decode(errors="replace")
+            if not text.isdigit() or not 0 < int(text) < 65536:
+                raise ChannelError(f"{c.describe_rank(peer_rank)} published the channel port {text!r}, "
+                                   f"which is not a port number: is something else using the "
+                                   f"chief's address {host}:{port}?", "INVALID_ARGUMENT")
+            address = f"{_bracket(self._host_of(task))}:{int(text)}"
+            self._channels[task] = Channel(address, auth, tls)
         self._started = True
+
+    def _host_of(self, task: TaskInfo) -> str:
+        field = f"TF_CONFIG cluster {task.task_type}[{task.task_id}]"
+        address = self.cluster.resolver.cluster_spec().task_address(task.task_type, task.task_id)
+        return parse_address(address, field)[0]
 
     # ------------------------------------------------------------ calling
     def call_async(self, task: TaskInfo, fn: Callable, args: Sequence = (),
                    timeout: Optional[float] = None) -> torch.futures.Future:
         """Call ``fn(*args)`` on ``task``; ``timeout=0`` waits forever."""
-        return rpc.rpc_async(rpc_name(task), fn, args=tuple(args),
-                             timeout=self.timeout if timeout is None else timeout)
+        channel = self._channels.get(task)
+        if channel is None:
+            raise ChannelError(f"no channel to {task} (not a task of this job, or the channel is "
+                               f"closed)", "UNAVAILABLE")
+        return channel.call_async(handler_name(fn), tuple(args),
+                                  self.timeout if timeout is None else timeout)
 
     def call(self, task: TaskInfo, fn: Callable, args: Sequence = (),
              timeout: Optional[float] = None) -> Any:
@@ -163,14 +221,14 @@ class Runtime:
     def ping_failure(self, task: TaskInfo) -> Optional[str]:
         """None if ``task`` answers a ping within the timeout, else why not."""
         try:
-            rpc.rpc_sync(rpc_name(task), ping, timeout=self.timeout)
+            self.call_async(task, ping, (), self.timeout).wait()
             return None
         except Exception as exc:  # noqa: BLE001
             return _reason(exc)
 
     # ------------------------------------------------------------ serving
     def serve(self) -> None:
-        """Run work queued by RPC handlers in this (main) thread until the chief says stop.
+        """Run work queued by channel handlers in this (main) thread until the chief says stop.
 
         Returns normally after a stop request; exits the process with status 1
         and one line if the chief stops answering.
@@ -202,18 +260,18 @@ class Runtime:
 
     # ------------------------------------------------------------ leaving
     def shutdown_cluster(self) -> None:
-        """Chief: tell every other task to exit, then leave the world (idempotent).
+        """Chief: tell every other task to exit, then stop serving (idempotent).
 
-        When every task still answers, all leave together (``rpc.shutdown(graceful=True)``,
-        quiet and orderly); after a loss each leaves on its own at once.
+        Each task acknowledges the stop request before it stops serving; the chief
+        stops its own server last (tasks ping it until they have stopped).
         """
         if not self._started or self._closed:
             return
         others = self.cluster.tasks[1:]
         quick = min(5.0, self.timeout)
-        graceful = all(self._answers(f) for f in [self._try_async(t, ping, (), quick) for t in others])
+        graceful = all([self._answers(f) for f in [self._try_async(t, ping, (), quick) for t in others]])
         futures = [self._try_async(t, _request_stop, (graceful,), quick) for t in others]
-        acked = all(self._answers(f) for f in futures)
+        acked = all([self._answers(f) for f in futures])   # wait for every ack before closing channels
         self._leave(graceful=graceful and acked)
 
     def _try_async(self, task: TaskInfo, fn: Callable, args: Sequence, timeout: float) -> Any:
@@ -236,16 +294,11 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        if graceful:
-            try:
-                rpc.shutdown(graceful=True, timeout=self.timeout)
-                return
-            except Exception as exc:  # noqa: BLE001 - someone did not come: leave on our own
-                log.debug("distrib: graceful rpc.shutdown failed: %s", exc)
-        try:
-            rpc.shutdown(graceful=False)
-        except Exception as exc:  # noqa: BLE001 - nothing left to do about it
-            log.debug("distrib: rpc.shutdown failed: %s", exc)
+        for channel in self._channels.values():
+            channel.close()
+        self._channels = {}
+        if self._server is not None:
+            self._server.stop(grace=min(2.0, self.timeout) if graceful else 0.5)
         sys.stdout.flush()
 
 

@@ -10,7 +10,7 @@ momentum, Adam, RMSprop, Adagrad, ...) therefore update a parameter exactly
 as one optimizer over the whole model would; updates from different workers
 are applied one at a time, in arrival order (asynchronous training).
 
-These functions are RPC handlers: they run on the ps's RPC threads and share
+These functions are channel handlers: they run on the ps's gRPC server threads and share
 one lock, so a read never sees a half-applied update.
 
 Example (what a worker's step amounts to, on ps 0):

@@ -90,7 +90,7 @@ class VariableRegistry:
     """The chief's table of variables (parameters created in the strategy's scope).
 
     Args:
-        runtime: the RPC runtime (`distrib.strategies.ps_runtime.Runtime`).
+        runtime: the channel runtime (`distrib.strategies.ps_runtime.Runtime`).
         ps_ids: the ps task ids, in round-robin order.
         partitioner: ``partitioner(shape, dtype) -> [shards, 1, ...]`` or None.
         captures_here: whether a parameter registered now belongs to this strategy's scope.

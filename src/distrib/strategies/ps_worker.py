@@ -16,7 +16,7 @@ thread:
    any other exception is sent back and raised by ``join``/``fetch``.
 
 Example (the chief's side of one call):
-    >>> reply = rpc.rpc_sync("worker_0", run_closure, args=(defs, payload, hyper))
+    >>> reply = runtime.call(TaskInfo("worker", 0), run_closure, (defs, payload, hyper))
     >>> reply[0]
     'ok'
 """
@@ -28,7 +28,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
 import torch
-import torch.distributed.rpc as rpc
 
 from distrib.cluster.task import TaskInfo
 from distrib.strategies import ps_server
@@ -163,10 +162,9 @@ def _error_reply(exc: BaseException) -> Tuple[str, bytes, str]:
     return ("error", data, text)
 
 
-@rpc.functions.async_execution
 def run_closure(defs: Sequence[Tuple[int, str, bytes, Tuple[int, ...]]], payload: bytes,
                 hyper: Dict[int, Dict[int, Dict[str, Any]]]) -> torch.futures.Future:
-    """RPC handler: run a scheduled function in this worker's main thread."""
+    """Channel handler: run a scheduled function in this worker's main thread (the reply waits for it)."""
     state = _STATE[0]
     return run_on_main_thread(lambda: state.execute(defs, payload, hyper))
 

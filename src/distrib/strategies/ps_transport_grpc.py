@@ -1,0 +1,226 @@
+"""The parameter-server channel on gRPC: one server per task, one channel per peer.
+
+Every call is one unary gRPC method, ``/distrib.ps.PS/Call``, whose request
+is ``encode((handler_name, args))`` (`distrib.strategies.ps_wire`) and whose
+reply is ``encode(("ok", value))`` or ``encode(("raised", text))``. The
+server runs only handlers registered for its task by name (it never
+unpickles a function), on its thread pool.
+
+Authentication (`distrib.strategies.ps_auth`): with a job secret every
+request carries a per-call token in its metadata; the server checks it on
+the raw request bytes and refuses the call (``UNAUTHENTICATED``) before
+anything is deserialized. Replies are sealed, and the caller refuses a reply
+whose seal does not check, so neither side unpickles bytes from a stranger.
+
+TLS (optional, `tls_from_env`): ``DISTRIB_TLS_CERT`` and ``DISTRIB_TLS_KEY``
+(PEM files) make every server serve TLS and every channel use it, with
+``DISTRIB_TLS_CA`` as the trusted root (default: the certificate itself, the
+usual self-signed job certificate) and client certificates required
+(mutual TLS). ``DISTRIB_TLS_SERVER_NAME`` overrides the name checked against
+the certificate when it does not name the hosts of ``TF_CONFIG``.
+
+Example:
+    >>> server = Server("127.0.0.1", {"echo": lambda x: x}, auth=None, tls=None, threads=4)
+    >>> channel = Channel(f"127.0.0.1:{server.port}", auth=None, tls=None)
+    >>> channel.call_async("echo", (5,), timeout=10).wait()
+    5
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+import grpc
+import torch
+
+from distrib.strategies import ps_wire
+from distrib.strategies.ps_auth import TOKEN_HEADER, CallAuth
+from distrib.strategies.ps_errors import ChannelConfigError, ChannelError, PeerError
+
+__all__ = ["METHOD", "TlsConfig", "tls_from_env", "Server", "Channel"]
+
+METHOD = "/distrib.ps.PS/Call"
+_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+_TLS_VARS = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """PEM bytes of this task's certificate and key and of the trusted root."""
+
+    cert: bytes
+    key: bytes
+    ca: bytes
+    server_name: Optional[str] = None
+
+
+def _read_pem(var: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ChannelConfigError(f"{var}={path}: cannot read it ({exc.strerror}); point {var} at a "
+                                 f"PEM file this task can read") from None
+    if b"-----BEGIN" not in data:
+        raise ChannelConfigError(f"{var}={path}: not a PEM file (no '-----BEGIN' line); give a "
+                                 f"PEM-encoded certificate or key")
+    return data
+
+
+def tls_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[TlsConfig]:
+    """The TLS settings from ``DISTRIB_TLS_*``, or None when TLS is off.
+
+    Raises:
+        ChannelConfigError: only one of the certificate and key is set, or a file cannot be read.
+    """
+    env = os.environ if environ is None else environ
+    cert, key, ca = (env.get(v) or None for v in _TLS_VARS)
+    if cert is None and key is None:
+        if ca is not None:
+            raise ChannelConfigError("DISTRIB_TLS_CA is set but DISTRIB_TLS_CERT and DISTRIB_TLS_KEY "
+                                     "are not: set all of them (or none, for no TLS)")
+        return None
+    if cert is None or key is None:
+        missing = "DISTRIB_TLS_KEY" if key is None else "DISTRIB_TLS_CERT"
+        raise ChannelConfigError(f"{missing} is not set but the other half of the key pair is: set "
+                                 f"both DISTRIB_TLS_CERT and DISTRIB_TLS_KEY (or neither)")
+    cert_pem = _read_pem("DISTRIB_TLS_CERT", cert)
+    return TlsConfig(cert_pem, _read_pem("DISTRIB_TLS_KEY", key),
+                     _read_pem("DISTRIB_TLS_CA", ca) if ca else cert_pem,
+                     env.get("DISTRIB_TLS_SERVER_NAME") or None)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class Server:
+    """This task's gRPC server, running ``handlers`` (name → function) for authenticated callers.
+
+    A handler may return a ``torch.futures.Future``; the reply is its value.
+
+    Args:
+        host: the address to bind (this task's ``TF_CONFIG`` host); the port is chosen free.
+        handlers: what callers may run, by name.
+        auth: checks each call's token; None serves unauthenticated.
+        tls: serve TLS with these credentials; None serves plain TCP.
+        threads: the size of the handler thread pool.
+    """
+
+    def __init__(self, host: str, handlers: Dict[str, Callable[..., Any]], auth: Optional[CallAuth],
+                 tls: Optional[TlsConfig], threads: int) -> None:
+        self._handlers = dict(handlers)
+        self._auth = auth
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="distrib-ps"),
+                                   handlers=[grpc.method_handlers_generic_handler("distrib.ps.PS", {
+                                       "Call": grpc.unary_unary_rpc_method_handler(self._call)})],
+                                   options=_OPTIONS)
+        target = f"{_bracket(host)}:0"
+        if tls is None:
+            self.port = self._server.add_insecure_port(target)
+        else:
+            creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
+                                                require_client_auth=True)
+            self.port = self._server.add_secure_port(target, creds)
+        if not self.port:
+            raise ChannelError(f"cannot serve the parameter-server channel on {host}: no port could be "
+                               f"bound (is {host} an address of this machine?)", "UNAVAILABLE")
+        self._server.start()
+
+    def _call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        nonce = ""
+        if self._auth is not None:
+            token = dict(context.invocation_metadata()).get(TOKEN_HEADER)
+            why = self._auth.check(METHOD, request, token if isinstance(token, str) else None)
+            if why is not None:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"distrib: call refused: {why}")
+            nonce = CallAuth.nonce_of(token)
+        try:
+            name, args = ps_wire.decode(request)
+            handler = self._handlers[name]
+        except Exception as exc:  # noqa: BLE001 - an authenticated but malformed call
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"distrib: bad call: {type(exc).__name__}: {exc}")
+        try:
+            value = handler(*args)
+            if isinstance(value, torch.futures.Future):
+                value = value.wait()
+            body = ps_wire.encode(("ok", value))
+        except Exception as exc:  # noqa: BLE001 - goes back to the caller
+            body = ps_wire.encode(("raised", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return body if self._auth is None else self._auth.seal_reply(nonce, body)
+
+    def stop(self, grace: float) -> None:
+        """Stop serving; calls in progress get ``grace`` seconds to finish."""
+        self._server.stop(grace).wait(grace + 1.0)
+
+
+class Channel:
+    """Calls to one peer's `Server`.
+
+    Args:
+        address: ``host:port`` of the peer's server.
+        auth: signs calls and checks replies; None for an unauthenticated job.
+        tls: use TLS with these credentials; None for plain TCP.
+    """
+
+    def __init__(self, address: str, auth: Optional[CallAuth], tls: Optional[TlsConfig]) -> None:
+        self._auth = auth
+        if tls is None:
+            self._channel = grpc.insecure_channel(address, options=_OPTIONS)
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
+                                                 certificate_chain=tls.cert)
+            extra = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
+            self._channel = grpc.secure_channel(address, creds, options=_OPTIONS + extra)
+        self._stub = self._channel.unary_unary(METHOD)
+
+    def call_async(self, name: str, args: Sequence[Any], timeout: Optional[float]) -> torch.futures.Future:
+        """Run handler ``name`` with ``args`` on the peer; ``timeout`` None (or 0) waits forever.
+
+        The future fails with `ChannelError` (transport, refusal, deadline) or `PeerError`
+        (the handler raised).
+        """
+        request = ps_wire.encode((name, tuple(args)))
+        metadata = None
+        nonce = ""
+        if self._auth is not None:
+            token = self._auth.sign(METHOD, request)
+            nonce = CallAuth.nonce_of(token)
+            metadata = ((TOKEN_HEADER, token),)
+        result: torch.futures.Future = torch.futures.Future()
+        call = self._stub.future(request, timeout=timeout or None, metadata=metadata)
+        call.add_done_callback(lambda done: self._complete(done, nonce, result))
+        return result
+
+    def _complete(self, call: Any, nonce: str, result: torch.futures.Future) -> None:
+        try:
+            sealed = call.result()
+        except grpc.RpcError as exc:
+            code = exc.code()
+            name = code.name if code is not None else "UNKNOWN"
+            result.set_exception(ChannelError(f"{name}: {exc.details() or ''}".strip(), name))
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. cancelled at shutdown
+            result.set_exception(ChannelError(f"{type(exc).__name__}: {exc}", "CANCELLED"))
+            return
+        body = sealed if self._auth is None else self._auth.open_reply(nonce, sealed)
+        if body is None:
+            result.set_exception(ChannelError("the reply is not signed with this job's key (a different "
+                                              "DISTRIB_JOB_SECRET, or not a task of this job)",
+                                              "UNAUTHENTICATED"))
+            return
+        try:
+            reply = ps_wire.decode(body)
+        except Exception as exc:  # noqa: BLE001
+            result.set_exception(ChannelError(f"undecodable reply: {exc}", "DATA_LOSS"))
+            return
+        if reply[0] == "ok":
+            result.set_result(reply[1])
+        else:
+            result.set_exception(PeerError(reply[1]))
+
+    def close(self) -> None:
+        self._channel.close()
