@@ -121,3 +121,24 @@ def test_model_fit_fine_tuning_on_two_workers_equals_one_process():
     np.testing.assert_allclose(workers[0]["loss"], reference["loss"], rtol=1e-4)
     for name in ("0.0.weight", "0.1.running_var", "1.1.running_mean"):
         assert not np.allclose(workers[0]["initial"][name], workers[0]["final"][name]), name
+
+
+def local_batch_norm():
+    """``sync_batch_norm=False``: local statistics (tf.distribute's default), running stats averaged."""
+    strategy = distrib.MultiWorkerMirroredStrategy(
+        communication_options=distrib.CommunicationOptions(sync_batch_norm=False))
+    rank = strategy.replica_id
+    with strategy.scope():
+        bn = torch.nn.BatchNorm1d(2, momentum=1.0)  # running stats = the last batch's statistics
+    x = torch.tensor([[0.0, 1.0], [2.0, 1.0]]) + 4.0 * rank  # local means (1, 1) and (5, 5)
+    strategy.run(lambda: bn(x).sum().backward())
+    torch.optim.SGD(bn.parameters(), lr=0.0).step()  # the step completes the sync
+    return {"running_mean": bn.running_mean, "running_var": bn.running_var}
+
+
+def test_local_batch_norm_averages_the_running_statistics():
+    workers = run_cluster(local_batch_norm, num_workers=2, timeout=120)
+    assert workers[0] == workers[1]
+    # mean of the local means; mean of the local unbiased variances (2 and 0 per replica)
+    assert workers[0]["running_mean"] == [3.0, 3.0]
+    assert workers[0]["running_var"] == [2.0, 0.0]

@@ -175,7 +175,6 @@ class Strategy:
         """The strategy's `GradientSynchronizer`, created on first use."""
         if self._grad_sync is None:
             from distrib.comm.grad_sync import GradientSynchronizer
-
             from distrib.comm.state_sync import StateAverager
 
             opts = self._communication_options
