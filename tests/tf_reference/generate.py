@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "data" / "tf_reference" / "input_semantics.json"
 sys.path.insert(0, str(HERE))
 
-from scenarios import FILE_SCENARIOS, FUNCTION_SCENARIOS, LOCAL_RESULTS, RANGE_SCENARIOS, POLICIES, write_files  # noqa: E402
+from scenarios import (FILE_SCENARIOS, FUNCTION_SCENARIOS, LOCAL_RESULTS, POLICIES, SHUFFLE_SCENARIOS,  # noqa: E402
+                       RANGE_SCENARIOS, merge_workers, write_files)
 
 
 def _tf():
@@ -60,7 +61,7 @@ def _guard(fn):
 
 
 def record(tf, strategy, files):
-    out = {"num_replicas_in_sync": strategy.num_replicas_in_sync, "range": {}, "files": {},
+    out = {"num_replicas_in_sync": strategy.num_replicas_in_sync, "range": {}, "shuffle": {}, "files": {},
            "function": {}, "local_results": {}}
     for name, (n, batch) in RANGE_SCENARIOS.items():
         for policy in POLICIES:
@@ -70,6 +71,15 @@ def record(tf, strategy, files):
                 opts.experimental_distribute.auto_shard_policy = _policy(tf, policy)
                 return _steps(strategy, strategy.experimental_distribute_dataset(ds.with_options(opts)))
             out["range"][f"{name}/{policy}"] = _guard(run)
+    for name, (n, buffer, batch) in SHUFFLE_SCENARIOS.items():
+        for policy in ("DATA", "OFF"):
+            def run(n=n, buffer=buffer, batch=batch, policy=policy):
+                ds = tf.data.Dataset.range(n).shuffle(buffer).batch(batch)
+                opts = tf.data.Options()
+                opts.experimental_distribute.auto_shard_policy = _policy(tf, policy)
+                dist = strategy.experimental_distribute_dataset(ds.with_options(opts))
+                return [_steps(strategy, dist) for _ in range(2)]
+            out["shuffle"][f"{name}/{policy}"] = _guard(run)
     for name, batch in FILE_SCENARIOS.items():
         for policy in POLICIES:
             def run(batch=batch, policy=policy):
@@ -132,30 +142,6 @@ def _free_ports(k):
     return ports
 
 
-def _merge_workers(parts):
-    """Per-worker records -> one record whose steps list every replica (worker 0's first)."""
-    merged = {"num_replicas_in_sync": parts[0]["num_replicas_in_sync"], "per_worker": parts}
-    for section in ("range", "files", "function", "local_results"):
-        merged[section] = {}
-        for key in parts[0][section]:
-            rows = [p[section][key] for p in parts]
-            if any("error" in r for r in rows):
-                merged[section][key] = {"errors": [r.get("error") for r in rows],
-                                        "messages": [r.get("message") for r in rows]}
-                continue
-            count = max(len(r["steps"]) for r in rows)
-            steps = []
-            for s in range(count):
-                step = []
-                for r in rows:
-                    step.extend(r["steps"][s] if s < len(r["steps"]) else [None])
-                steps.append(step)
-            merged[section][key] = {"steps": steps, "per_worker_steps": [r["steps"] for r in rows]}
-            if "contexts" in rows[0]:
-                merged[section][key]["contexts"] = [r["contexts"] for r in rows]
-    return merged
-
-
 def main():
     import tempfile
 
@@ -173,7 +159,7 @@ def main():
     for p in procs:
         if p.wait(timeout=900) != 0:
             raise SystemExit(f"TF worker exited with {p.returncode}")
-    result["multi_worker_2_workers"] = _merge_workers([json.loads(o.read_text()) for o in outs])
+    result["multi_worker_2_workers"] = merge_workers([json.loads(o.read_text()) for o in outs])
     import tensorflow as tf
 
     result["tensorflow"] = tf.__version__

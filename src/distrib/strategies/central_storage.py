@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from distrib.data.input_context import InputContext, InputPlacement
 from distrib.strategies import context
 from distrib.strategies.base import Strategy
 from distrib.strategies.local_replicas import parse_replica_device
@@ -96,11 +97,9 @@ class CentralStorageStrategy(Strategy):
         return PerReplica(tuple(results))
 
     # -------------------------------------------------------------- input
-    def input_context(self):
-        from distrib.data.input_context import InputContext
-
-        return InputContext(num_input_pipelines=1, input_pipeline_id=0,
-                            num_replicas_in_sync=self.num_replicas_in_sync)
+    def input_placement(self) -> InputPlacement:
+        """One input pipeline; the replica running now inside `run` (0 outside it) is the local one."""
+        return InputPlacement(num_local_replicas=self.num_replicas_in_sync, local_replica_id=self._local_id)
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Whole global batches; `run` splits them among the replicas."""
@@ -196,9 +195,10 @@ class _OneProcessView:
         self.device = strategy.device
         self.collective = strategy.collective
 
-    def input_context(self):
-        from distrib.data.input_context import InputContext
+    def input_placement(self) -> InputPlacement:
+        return InputPlacement()
 
+    def input_context(self) -> InputContext:
         return InputContext()
 
     def __getattr__(self, name: str) -> Any:
