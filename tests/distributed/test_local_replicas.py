@@ -111,3 +111,26 @@ def test_two_workers_with_two_local_devices_are_four_replicas(tmp_path):
     assert results[0]["final"] == results[1]["final"]
     for got, want in zip(results[0]["final"], _reference(results[0]["initial"], 4)):
         torch.testing.assert_close(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
+
+
+CHDIR_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import distrib
+    os.chdir("elsewhere")                      # before the strategy re-launches this script
+    strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
+    ids = strategy.experimental_local_results(strategy.replica_id)
+    if strategy.is_chief:
+        json.dump({"replicas": strategy.num_replicas_in_sync, "ids": list(ids), "cwd": os.getcwd()},
+                  open("out.json", "w"))
+""")
+
+
+@pytest.mark.slow
+def test_mirrored_replicas_survive_a_chdir_before_the_strategy(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "train.py").write_text(CHDIR_SCRIPT)
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "elsewhere" / "out.json").read_text())
+    assert result == {"replicas": 2, "ids": [0, 1], "cwd": str(tmp_path / "elsewhere")}

@@ -31,6 +31,11 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
     result = record(strategy, json.loads(sys.argv[2]))
     result["placement"] = [strategy.replica_id, strategy.input_context().num_input_pipelines]
+    import torch
+    r = strategy.replica_id
+    mixed = strategy.experimental_local_results(
+        {"rows": torch.full((r + 1, 2), float(r)), "id": r, "ok": torch.tensor([r == 1])})
+    result["structure"] = [{"rows": m["rows"].tolist(), "id": m["id"], "ok": m["ok"].tolist()} for m in mixed]
     with open(sys.argv[3] + f".{strategy.replica_id}", "w") as f:
         json.dump(result, f)
 """)
@@ -51,6 +56,9 @@ def test_mirrored_two_devices_in_two_processes_behaves_as_tf(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
     assert [r.pop("placement") for r in records] == [[0, 1], [1, 1]]
+    # structures of differently shaped tensors, numbers and bools, in local replica order
+    assert records[0]["structure"] == [{"rows": [[0.0, 0.0]], "id": 0, "ok": [False]},
+                                       {"rows": [[1.0, 1.0], [1.0, 1.0]], "id": 1, "ok": [True]}]
     assert records[0] == records[1]  # every local replica sees the whole task's local results
     for section, key in _all_keys("mirrored_2_devices"):
         compare("mirrored_2_devices", records[0], section, key)

@@ -57,3 +57,38 @@ def test_the_reference_was_recorded_from_tensorflow():
     assert REFERENCE["tensorflow"].startswith("2.21")
     mirrored = REFERENCE["mirrored_2_devices"]
     assert mirrored["function"]["fn_range16_batch8"]["contexts"][0]["num_input_pipelines"] == 1
+
+
+def test_central_storage_is_one_pipeline_as_in_tf():
+    """CentralStorageStrategy's replicas split one pipeline like Mirrored's (DATA slicing, dataset functions)."""
+    import distrib
+    from distrib.data import Dataset
+    from replay import _options
+    from scenarios import FUNCTION_SCENARIOS, LOCAL_RESULTS, RANGE_SCENARIOS
+
+    cs = distrib.experimental.CentralStorageStrategy(["cpu:0", "cpu:1"])
+    want = REFERENCE["mirrored_2_devices"]
+
+    def per_step(dist, fn=lambda t: t):
+        return [[t.reshape(-1).tolist() for t in cs.experimental_local_results(cs.run(fn, (x,)))]
+                for x in dist]
+
+    for name, (n, batch) in RANGE_SCENARIOS.items():
+        for policy in ("DATA", "AUTO"):
+            ds = Dataset.range(n).batch(batch).with_options(_options(policy))
+            assert per_step(cs.experimental_distribute_dataset(ds)) == want["range"][f"{name}/{policy}"]["steps"]
+    for name, (n, batch) in LOCAL_RESULTS.items():
+        dist = cs.experimental_distribute_dataset(Dataset.range(n).batch(batch))
+        assert per_step(dist, lambda t: t * 10) == want["local_results"][name]["steps"]
+    for name, (n, global_batch) in FUNCTION_SCENARIOS.items():
+        contexts = []
+
+        def fn(ctx, n=n, global_batch=global_batch):
+            contexts.append([ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync])
+            return Dataset.range(n).shard(ctx.num_input_pipelines, ctx.input_pipeline_id).batch(
+                ctx.get_per_replica_batch_size(global_batch))
+
+        assert per_step(cs.distribute_datasets_from_function(fn)) == want["function"][name]["steps"]
+        tf_ctx = want["function"][name]["contexts"][0]
+        assert contexts == [[tf_ctx["num_input_pipelines"], tf_ctx["input_pipeline_id"],
+                             tf_ctx["num_replicas_in_sync"]]]

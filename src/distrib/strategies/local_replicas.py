@@ -6,7 +6,9 @@ a multi-worker task given ``local_devices``), the task's own process becomes
 local replica 0 and re-launches the same command line D-1 times, the way
 PyTorch Lightning does; each child learns its index from
 ``DISTRIB_LOCAL_REPLICA=index/count/port``. The whole script runs in every
-replica; only local replica 0's standard output is shown (the children's is
+replica, started in the directory the program was in when it imported distrib
+(so a script that changes directory before creating the strategy still finds
+itself and changes directory the same way); only local replica 0's standard output is shown (the children's is
 discarded, their standard error is kept and shown if they fail), so output is
 not duplicated. A cluster of W tasks with D devices each has W·D replicas,
 ranked task by task.
@@ -25,6 +27,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+import distrib
 from distrib.launch.ports import free_port
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
@@ -130,7 +133,8 @@ class LocalReplicas:
             env = dict(os.environ, **{ENV_VAR: f"{index}/{self.count}/{self.port}"})
             env.setdefault("OMP_NUM_THREADS", threads)
             err = tempfile.TemporaryFile(mode="w+b")
-            proc = subprocess.Popen([sys.executable, *argv], env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=distrib._START_DIRECTORY,
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err)
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:

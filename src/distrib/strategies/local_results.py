@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import threading
 from datetime import timedelta
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
+from distrib.comm.errors import DistribCommError, first_line
 from distrib.data.input_context import InputPlacement
 from distrib.utils.nest import flatten, map_structure
 
@@ -64,9 +65,18 @@ class LocalResults:
         count = self._placement.num_local_replicas
         if count == 1:
             return (value,)
-        group = self._task_group()
-        leaves = flatten(value)
-        gathered: List[List[Any]] = [_gather_leaf(leaf, group, count) for leaf in leaves]
+        try:
+            group = self._task_group()
+            gathered: List[List[Any]] = [_gather_leaf(leaf, group, count) for leaf in flatten(value)]
+        except (TypeError, ValueError):
+            raise
+        except Exception as exc:
+            p = self._placement
+            raise DistribCommError(
+                f"experimental_local_results: local replica {p.local_replica_id} of task "
+                f"{p.input_pipeline_id} could not gather from the task's other "
+                f"{count - 1} local replica(s) (replicas {list(p.local_ranks)}), which must all call it "
+                f"at the same point: {first_line(exc)}") from None
         out = []
         for replica in range(count):
             it = iter([g[replica] for g in gathered])
