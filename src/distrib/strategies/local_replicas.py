@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -160,18 +160,31 @@ class LocalReplicas:
             os._exit(1)
 
 
+#: Connections made in this process, by (devices, task, job): a second strategy
+#: over the same replicas reuses them instead of re-launching the program again.
+_CONNECTED: Dict[Tuple[Any, ...], Tuple["LocalReplicas", Any]] = {}
+
+
 def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.device], options: Any):
     """Start this task's local replicas and join every replica of the job.
 
     Returns ``(replicas, collective)``; the collective is local when the job
-    has one replica (or this task is an evaluator beside it).
+    has one replica (or this task is an evaluator beside it). A second
+    strategy over the same devices and job in the same program (as TF allows)
+    gets the first one's replicas and collective: the program is not
+    re-launched and the replicas do not meet again.
     """
     from distrib.comm.collective import LocalCollective
 
+    key = (tuple(labels), base.task_type, base.task_id, base.rank, base.world_size,
+           getattr(base, "rendezvous_address", None), options.backend_for(devices[0]))
+    if key in _CONNECTED and not getattr(_CONNECTED[key][1], "_closed", False):
+        return _CONNECTED[key]
     replicas = LocalReplicas(base, labels, devices)
     replicas.launch_children()
     if replicas.rank is None or replicas.world_size <= 1:
         return replicas, LocalCollective()
     from distrib.comm.torch_collective import TorchCollective
 
-    return replicas, TorchCollective.connect(replicas, options, replicas.device)
+    _CONNECTED[key] = (replicas, TorchCollective.connect(replicas, options, replicas.device))
+    return _CONNECTED[key]
