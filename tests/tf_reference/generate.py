@@ -57,7 +57,7 @@ def _guard(fn):
     try:
         return {"steps": fn()}
     except Exception as exc:  # TF's own error, recorded as the behaviour to match
-        return {"error": type(exc).__name__, "message": str(exc).splitlines()[0][:300]}
+        return {"error": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:300]}
 
 
 def record(tf, strategy, files):
@@ -121,7 +121,21 @@ def mirrored(files):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    return record(tf, strategy, files)
+    out = record(tf, strategy, files)
+    out["model_outside_scope"] = _guard(lambda: _fit_model_built_outside(tf, strategy))
+    return out
+
+
+def _fit_model_built_outside(tf, strategy):
+    """A Keras model built outside any scope, then compiled and fit under the strategy."""
+    import numpy as np
+
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    with strategy.scope():
+        model.compile(loss="mse", optimizer="sgd")
+    x = np.arange(16.0, dtype="float32").reshape(8, 2)
+    model.fit(x, x.sum(1, keepdims=True), batch_size=4, epochs=1, verbose=0)
+    return []
 
 
 def worker(index, ports, files, out_path):

@@ -92,3 +92,17 @@ def test_central_storage_is_one_pipeline_as_in_tf():
         tf_ctx = want["function"][name]["contexts"][0]
         assert contexts == [[tf_ctx["num_input_pipelines"], tf_ctx["input_pipeline_id"],
                              tf_ctx["num_replicas_in_sync"]]]
+
+
+def test_a_model_built_outside_the_scope_is_refused_as_in_tf():
+    """TF 2.21 fails to compile/fit under 2 replicas a model built outside any scope; distrib says why."""
+    import torch
+
+    import distrib
+
+    assert "error" in REFERENCE["mirrored_2_devices"]["model_outside_scope"]
+    strategy = distrib.experimental.CentralStorageStrategy(["cpu:0", "cpu:1"])   # 2 replicas, one process
+    model = distrib.Model(torch.nn.Linear(2, 1))
+    with pytest.raises(RuntimeError, match=r"create \(and compile\) the model inside the scope"):
+        with strategy.scope():
+            model.compile(loss="mse", optimizer="sgd")
