@@ -32,8 +32,8 @@ from distrib.comm.collective import Collective, LocalCollective, ReduceOp
 from distrib.comm.options import CommunicationOptions
 from distrib.data.input_context import InputContext, InputPlacement
 from distrib.strategies import context
-from distrib.strategies.per_replica import PerReplica, combine_local
 from distrib.strategies.local_replicas import LocalReplicas
+from distrib.strategies.per_replica import PerReplica, combine_local
 from distrib.strategies.replication import ScopeTracker
 from distrib.utils.host_allocator import tune_host_allocator
 from distrib.utils.nest import map_structure
@@ -286,13 +286,13 @@ class Strategy:
         return self.input_placement().input_context()
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        """Split each *global* batch of ``dataset`` evenly among the replicas."""
+        """Split each *global* batch of ``dataset`` among the replicas (one pipeline per task, as in TF)."""
         from distrib.data.distributed import distribute_dataset
 
         return distribute_dataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
-        """Call ``dataset_fn(input_context)`` once on this worker; it batches per replica itself."""
+        """Call ``dataset_fn(input_context)`` once per task; its batches go to the task's replicas in turn."""
         from distrib.data.distributed import distribute_from_function
 
         return distribute_from_function(self, dataset_fn, options)
