@@ -23,9 +23,15 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import os as _os
+from typing import Any, Optional
 
 __version__ = "0.1.0"
+
+try:  # where the program started: re-launched local replicas start there too
+    _START_DIRECTORY: Optional[str] = _os.getcwd()
+except OSError:
+    _START_DIRECTORY = None
 
 # Everything loads on first use: `import distrib` (and so `distrib launch`) imports no torch.
 _LAZY_ATTRS = {

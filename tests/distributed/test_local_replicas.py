@@ -111,3 +111,58 @@ def test_two_workers_with_two_local_devices_are_four_replicas(tmp_path):
     assert results[0]["final"] == results[1]["final"]
     for got, want in zip(results[0]["final"], _reference(results[0]["initial"], 4)):
         torch.testing.assert_close(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
+
+
+CHDIR_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import distrib
+    os.chdir("elsewhere")                      # before the strategy re-launches this script
+    strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
+    ids = strategy.experimental_local_results(strategy.replica_id)
+    if strategy.is_chief:
+        json.dump({"replicas": strategy.num_replicas_in_sync, "ids": list(ids), "cwd": os.getcwd()},
+                  open("out.json", "w"))
+""")
+
+
+@pytest.mark.slow
+def test_mirrored_replicas_survive_a_chdir_before_the_strategy(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "train.py").write_text(CHDIR_SCRIPT)
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "elsewhere" / "out.json").read_text())
+    assert result == {"replicas": 2, "ids": [0, 1], "cwd": str(tmp_path / "elsewhere")}
+
+
+SECOND_STRATEGY_SCRIPT = textwrap.dedent("""
+    import json, os, torch, distrib
+    with open("starts.txt", "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    first = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
+    second = distrib.MirroredStrategy(["cpu:0", "cpu:1"])   # as TF allows: same replicas, no re-launch
+    total = second.reduce("SUM", second.run(lambda: torch.tensor(1.0 + second.replica_id)), axis=None)
+    one = distrib.OneDeviceStrategy("cpu")                 # a one-device scope after Mirrored
+    with one.scope():
+        layer = torch.nn.Linear(2, 1)
+    one.run(lambda: layer(torch.ones(3, 2)).sum()).backward()
+    result = {"ids": [first.replica_id, second.replica_id], "total": total.item(),
+              "one": [one.num_replicas_in_sync, layer.weight.grad.tolist()]}
+    with open(f"out.{first.replica_id}.json", "w") as f:
+        json.dump(result, f)
+""")
+
+
+@pytest.mark.slow
+def test_a_second_strategy_reuses_the_replicas_and_one_device_scope_stays_local(tmp_path):
+    (tmp_path / "train.py").write_text(SECOND_STRATEGY_SCRIPT)
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((tmp_path / "starts.txt").read_text().split()) == 2   # launched once, not twice
+    for replica in range(2):
+        result = json.loads((tmp_path / f"out.{replica}.json").read_text())
+        assert result["ids"] == [replica, replica]
+        assert result["total"] == 3.0
+        assert result["one"] == [1, [[3.0, 3.0]]]   # the gradient of one replica, not summed

@@ -1,15 +1,26 @@
 """Distributed datasets: ``experimental_distribute_dataset`` and ``distribute_datasets_from_function``.
 
-`distribute_dataset` takes a dataset batched with the **global** batch size.
-Every step each replica receives its part of one global batch: ``global /
-num_replicas`` examples, a final partial batch split as evenly as possible,
-no example twice and none dropped. How the input is divided follows the
-dataset's ``options().distribute.auto_shard_policy`` (see `AutoShardPolicy`):
-under DATA every worker plans the same global order of indices (unseeded
-shuffles get one seed agreed at creation) and gathers only its own rows.
+As in tf.distribute, an input pipeline belongs to a worker *task*: the local
+replicas of a task (Mirrored devices, ``DISTRIB_LOCAL_DEVICES``) share it and
+split each of its batches (each replica process runs the task's pipeline and
+keeps its part; see `distrib.data.feeds`).
 
-`distribute_from_function` calls ``dataset_fn(strategy.input_context())`` once
-on this worker and uses its elements as they are.
+`distribute_dataset` takes a dataset batched with the **global** batch size.
+How it is divided follows ``options().distribute.auto_shard_policy`` (see
+`AutoShardPolicy`), with one pipeline per task:
+
+- DATA: every replica gets an even, contiguous slice of each global batch
+  (``global / num_replicas`` rows; a partial batch split as evenly as
+  possible). Every worker plans the same global order of indices (unseeded
+  shuffles get one seed agreed at creation) and gathers only its own rows.
+- FILE (AUTO on a `Dataset.from_files` pipeline): task ``i`` of ``W`` reads
+  files ``i, i+W, ...``; OFF: every task reads everything. The task's batches
+  are cut into per-replica pieces filled in order, taken by its local
+  replicas step by step, so a partial batch stays with the first replicas.
+  FILE on a pipeline without files is ignored with one task, an error with more.
+
+`distribute_from_function` calls ``dataset_fn(strategy.input_context())`` (one
+pipeline per task) and deals its elements to the task's local replicas in turn.
 
 End of data never hangs and never drops examples: when workers' inputs can
 end at different steps (per-worker inputs, or lengths only known by reading),
@@ -54,7 +65,7 @@ def distribute_dataset(strategy: Any, dataset: Any, options: Any = None) -> "Dis
     """``strategy.experimental_distribute_dataset(dataset)``: split each global batch among replicas.
 
     Args:
-        strategy: provides ``num_replicas_in_sync``, ``replica_id``, ``device`` and ``collective``.
+        strategy: provides ``input_placement()``, ``device`` and ``collective``.
         dataset: a distrib `Dataset` batched with the global batch size, a torch
             ``DataLoader`` (its ``batch_size`` is the global batch), a torch
             ``Dataset``, tensors/arrays, or a re-iterable of global batches.
@@ -65,11 +76,12 @@ def distribute_dataset(strategy: Any, dataset: Any, options: Any = None) -> "Dis
     ds = as_dataset(dataset)
     if isinstance(options, Options):
         ds = ds.with_options(options)
-    n, r = strategy.num_replicas_in_sync, strategy.replica_id
-    policy = resolve_policy(ds, n, ds.options().distribute.auto_shard_policy)
+    placement = strategy.input_placement()
+    workers, worker = placement.num_input_pipelines, placement.input_pipeline_id
+    policy = resolve_policy(ds, workers, ds.options().distribute.auto_shard_policy)
     seed = _agreed_seed(strategy)
     if policy == AutoShardPolicy.FILE:
-        return DistributedDataset(strategy, shard_files(ds, n, r), "file", seed)
+        return DistributedDataset(strategy, shard_files(ds, workers, worker), "file", seed)
     return DistributedDataset(strategy, ds, "off" if policy == AutoShardPolicy.OFF else "data", seed)
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 import torch
 
 from distrib.data.blocks import materialize
-from distrib.data.feeds import Feed, LocalFeed, PieceFeed, SliceFeed
+from distrib.data.feeds import EMPTY, Feed, LocalFeed, PieceFeed, SliceFeed
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
 from distrib.data.options import INFINITE, UNKNOWN
@@ -53,7 +53,8 @@ class DistributedIterator:
         self._collective = strategy.collective
         device = torch.device(strategy.device) if strategy.device is not None else None
         self._device = device if device is not None and device.type != "cpu" else None
-        self._n, self._r = strategy.num_replicas_in_sync, strategy.replica_id
+        self._placement = strategy.input_placement()
+        self._n, self._r = self._placement.num_replicas_in_sync, self._placement.replica_id
         self._feed = self._make_feed(None)
         self._pending: Any = _NONE
         self._pending_state: Optional[dict] = None
@@ -66,7 +67,7 @@ class DistributedIterator:
 
     def _make_feed(self, state: Optional[dict]) -> Feed:
         o = self._owner
-        return _FEEDS[o._mode](o._dataset, o._ctx, self._n, self._r, state)
+        return _FEEDS[o._mode](o._dataset, o._ctx, self._placement, state)
 
     def _choose_ending(self) -> str:
         """'natural' (stop at the end of the stream), 'fixed' (agreed step count) or 'per_step'."""
@@ -77,7 +78,7 @@ class DistributedIterator:
             return "per_step" if n == UNKNOWN else "natural"
         self._pending_state = self._feed.state()
         self._pending = self._feed.next()
-        if self._pending is not None:
+        if self._pending is not None and self._pending is not EMPTY:
             self._pending = materialize(self._pending)
             self._spec = loosen_batch(spec_of(self._pending))
         mine = {"steps": self._feed.steps(),
@@ -121,7 +122,7 @@ class DistributedIterator:
             self._finished = True
             return None
         self._step += 1
-        value = self._padding() if element is None else materialize(element)
+        value = self._padding() if element is None or element is EMPTY else materialize(element)
         if self._spec is None:
             self._spec = loosen_batch(spec_of(value))
         if self._device is not None:

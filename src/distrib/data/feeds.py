@@ -1,36 +1,66 @@
 """What one replica reads each step, under each sharding policy.
 
+An input pipeline belongs to a worker task (see `InputPlacement`): each step
+the task's pipeline yields one *group*, one item per local replica, and every
+local replica process computes the same group (the pipeline is deterministic
+given the agreed seed) and keeps its own item. An item is an element, or
+`EMPTY` when the step exists but this replica has nothing in it (it then gets
+a zero-row batch); a group of None is the end of the task's data.
+
 - `SliceFeed` (DATA): every worker walks the same global stream of batches
-  (planned as indices, so this is cheap) and takes its replica's slice of each.
+  (planned as indices, so this is cheap); replica ``i`` of the job takes the
+  ``i``-th of ``num_replicas`` even, contiguous slices of each.
 - `PieceFeed` (OFF, and FILE on a worker's own files): each batch of the
-  stream is cut into ``num_replicas`` pieces that come out one per step, so a
-  replica's batch is global/num_replicas examples as under DATA.
-- `LocalFeed` (``distribute_datasets_from_function``): the worker's own
-  elements, as they come.
+  task's stream is cut into ``num_replicas`` pieces of the per-replica batch
+  size, filled in order, so a partial batch fills the first pieces and leaves
+  the rest empty; empty pieces are skipped and each step takes the next
+  ``num_local_replicas`` pieces.
+- `LocalFeed` (``distribute_datasets_from_function``): the task's own
+  elements, ``num_local_replicas`` per step.
 
-A feed's ``next()`` returns an element not yet materialized (a lazy batch is
-gathered only by the iterator, after slicing), or None at the end. Its
-``state()`` is JSON-able and its constructor restores it.
+This is tf.distribute's behaviour, recorded from TensorFlow 2.21 in
+``tests/data/tf_reference``. A feed's ``next()`` returns an element not yet
+materialized (a lazy batch is gathered only by the iterator, after slicing).
+Its ``state()`` is JSON-able and its constructor restores it.
 
-Example (DATA, 2 replicas, global batches of 5 then 3):
-    replica 0 gets rows [0:3] then [0:2]; replica 1 gets [3:5] then [2:3].
+Example (MirroredStrategy with 2 devices, ``range(10).batch(4)``):
+    DATA: [0, 1] | [2, 3], [4, 5] | [6, 7], [8] | [9]
+    OFF:  [0, 1] | [2, 3], [4, 5] | [6, 7], [8, 9] | (empty)
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from distrib.data.blocks import element_size, slice_element
 from distrib.data.dataset import Dataset
+from distrib.data.input_context import InputPlacement
 from distrib.data.iterator import DatasetIterator
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.sharding import split_bounds
 from distrib.data.stream import IterContext
 
-__all__ = ["Feed", "SliceFeed", "PieceFeed", "LocalFeed"]
+__all__ = ["Feed", "SliceFeed", "PieceFeed", "LocalFeed", "EMPTY", "piece_bounds"]
 
 _log = logging.getLogger("distrib.data")
 _WHAT = "a global batch of the distributed dataset"
+
+#: The step exists, but this replica's part of it is empty.
+EMPTY = object()
+
+
+def piece_bounds(size: int, nominal: int, parts: int, index: int) -> Tuple[int, int]:
+    """Rows ``[lo, hi)`` of piece ``index`` when a batch of ``size`` rows (normally ``nominal``) is cut.
+
+    Pieces have the sizes of an even split of ``nominal`` and are filled in
+    order, so a partial batch leaves the last pieces short or empty.
+
+    Example:
+        >>> [piece_bounds(2, 4, 2, i) for i in range(2)]
+        [(0, 2), (2, 2)]
+    """
+    lo, hi = split_bounds(max(size, nominal), parts, index)
+    return min(lo, size), min(hi, size)
 
 
 class Feed:
@@ -39,54 +69,64 @@ class Feed:
     #: Size of the global batch the last element came from, where this feed knows it.
     global_size: Optional[int] = None
 
-    def __init__(self, dataset: Dataset, ctx: IterContext, num_replicas: int, replica: int,
+    def __init__(self, dataset: Dataset, ctx: IterContext, placement: InputPlacement,
                  state: Optional[dict] = None) -> None:
         self._dataset = dataset
-        self._n, self._r = num_replicas, replica
+        self._p = placement
+        self._n = placement.num_replicas_in_sync
+        self._local = placement.num_local_replicas
         self._it = DatasetIterator(dataset, ctx)
         if state is not None:
             self._it.load_state_dict(state["it"])
 
-    def next(self) -> Any:
+    def next_group(self) -> Optional[List[Any]]:
+        """The next step's items, one per local replica; None at the end."""
         raise NotImplementedError
+
+    def next(self) -> Any:
+        """This replica's item of the next step (an element or `EMPTY`), None at the end."""
+        group = self.next_group()
+        return None if group is None else group[self._p.local_replica_id]
 
     def state(self) -> dict:
         return {"it": self._it.state_dict()}
 
     def steps(self) -> int:
-        """Elements this feed yields per pass (a count, `INFINITE` or `UNKNOWN`)."""
+        """Steps this feed yields per pass (a count, `INFINITE` or `UNKNOWN`)."""
         return self._dataset.cardinality()
 
 
 class SliceFeed(Feed):
     """DATA: replica ``r``'s contiguous slice of every global batch."""
 
-    def next(self) -> Any:
+    def next_group(self) -> Optional[List[Any]]:
         element = self._it.next_element()
         if element is None:
             self.global_size = None
             return None
         self.global_size = element_size(element, _WHAT)
         if self._n == 1:
-            return element
-        lo, hi = split_bounds(self.global_size, self._n, self._r)
-        return slice_element(element, lo, hi)
+            return [element]
+        first = self._p.local_ranks[0]
+        return [slice_element(element, *split_bounds(self.global_size, self._n, first + j))
+                for j in range(self._local)]
 
 
 class PieceFeed(Feed):
-    """OFF / FILE: every batch cut into ``num_replicas`` pieces, one per step (empty pieces skipped).
+    """OFF / FILE: every batch cut into ``num_replicas`` pieces filled in order, one per local replica a step.
 
     The position inside the current batch is an example offset, so a state
     saved with ``n`` replicas continues correctly with any other number.
     """
 
-    def __init__(self, dataset: Dataset, ctx: IterContext, num_replicas: int, replica: int,
+    def __init__(self, dataset: Dataset, ctx: IterContext, placement: InputPlacement,
                  state: Optional[dict] = None) -> None:
         self._cur: Any = None
         self._size = 0
         self._offset = 0
+        self._nominal = int(state.get("nominal", 0)) if state else 0
         self._before: Optional[dict] = None
-        super().__init__(dataset, ctx, num_replicas, replica,
+        super().__init__(dataset, ctx, placement,
                          {"it": state["it"]} if state and state.get("it") else None)
         if state is not None and state.get("before") is not None:
             self._it.load_state_dict(state["before"])
@@ -99,24 +139,36 @@ class PieceFeed(Feed):
         if self._cur is None:
             return False
         self._size = element_size(self._cur, _WHAT)
+        self._nominal = max(self._nominal, self._size)  # the batch size, unless every batch is partial
         self._offset = 0
         return True
 
-    def next(self) -> Any:
-        while self._cur is None or self._offset >= self._size:
-            if not self._load():
-                return None
-        piece = 0
-        while split_bounds(self._size, self._n, piece)[1] <= self._offset:
-            piece += 1
-        hi = split_bounds(self._size, self._n, piece)[1]
-        lo, self._offset = self._offset, hi
-        return slice_element(self._cur, lo, hi)
+    def _next_piece(self) -> Any:
+        while True:
+            while self._cur is None or self._offset >= self._size:
+                if not self._load():
+                    return None
+            for index in range(self._n):
+                lo, hi = piece_bounds(self._size, self._nominal, self._n, index)
+                if hi > self._offset:  # (lo < offset only after a restore onto another replica count)
+                    lo, self._offset = max(lo, self._offset), hi
+                    return slice_element(self._cur, lo, hi)
+            self._offset = self._size
+
+    def next_group(self) -> Optional[List[Any]]:
+        first = self._next_piece()
+        if first is None:
+            return None
+        group = [first]
+        for _ in range(self._local - 1):
+            piece = self._next_piece()
+            group.append(EMPTY if piece is None else piece)
+        return group
 
     def state(self) -> dict:
         if self._cur is None or self._offset >= self._size:
-            return {"it": self._it.state_dict(), "before": None}
-        return {"it": None, "before": self._before, "offset": self._offset}
+            return {"it": self._it.state_dict(), "before": None, "nominal": self._nominal}
+        return {"it": None, "before": self._before, "offset": self._offset, "nominal": self._nominal}
 
     def steps(self) -> int:
         n = self._dataset.cardinality()
@@ -124,7 +176,18 @@ class PieceFeed(Feed):
 
 
 class LocalFeed(Feed):
-    """The worker's own elements (per-replica batches already), unchanged."""
+    """The task's own elements (per-replica batches already), one per local replica a step."""
 
-    def next(self) -> Any:
-        return self._it.next_element()
+    def next_group(self) -> Optional[List[Any]]:
+        first = self._it.next_element()
+        if first is None:
+            return None
+        group = [first]
+        for _ in range(self._local - 1):
+            element = self._it.next_element()
+            group.append(EMPTY if element is None else element)
+        return group
+
+    def steps(self) -> int:
+        n = self._dataset.cardinality()
+        return n if n < 0 else -(-n // self._local)

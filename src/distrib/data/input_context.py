@@ -1,4 +1,11 @@
-"""`InputContext`: what a dataset function learns about its input pipeline.
+"""`InputContext` (what a dataset function learns) and `InputPlacement` (where a replica reads).
+
+An input pipeline belongs to a worker task, as in tf.distribute: the D local
+replicas of a task (``MirroredStrategy(["cpu:0", "cpu:1"])``, or a
+multi-worker task with several local devices) share their task's pipeline and
+split each of its batches, so ``num_input_pipelines`` counts tasks, not
+replicas. distrib runs one process per replica; each runs its task's whole
+pipeline and keeps its own part.
 
 Example:
     >>> ctx = InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
@@ -13,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["InputContext"]
+__all__ = ["InputContext", "InputPlacement"]
 
 
 @dataclass(frozen=True)
 class InputContext:
-    """One input pipeline's view of the job (one pipeline per worker process)."""
+    """One input pipeline's view of the job (one pipeline per worker task)."""
 
     num_input_pipelines: int = 1
     input_pipeline_id: int = 0
@@ -43,3 +50,47 @@ class InputContext:
                 f"global batch size {global_batch_size} does not divide by "
                 f"num_replicas_in_sync={n}: use a multiple of {n} (e.g. {near})")
         return global_batch_size // n
+
+
+@dataclass(frozen=True)
+class InputPlacement:
+    """Where this replica process stands among the job's input pipelines.
+
+    Replicas are ranked task by task: replica ``input_pipeline_id *
+    num_local_replicas + local_replica_id``.
+
+    Example (2 workers with devices cpu:0 and cpu:1 each, this is worker 1's second):
+        >>> p = InputPlacement(num_input_pipelines=2, input_pipeline_id=1,
+        ...                    num_local_replicas=2, local_replica_id=1)
+        >>> p.num_replicas_in_sync, p.replica_id, p.local_ranks
+        (4, 3, (2, 3))
+    """
+
+    num_input_pipelines: int = 1
+    input_pipeline_id: int = 0
+    num_local_replicas: int = 1
+    local_replica_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_local_replicas < 1 or not 0 <= self.local_replica_id < self.num_local_replicas:
+            raise ValueError(f"InputPlacement: local replica {self.local_replica_id} of "
+                             f"{self.num_local_replicas} is out of range")
+        InputContext(self.num_input_pipelines, self.input_pipeline_id)  # validates the pipeline
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self.num_input_pipelines * self.num_local_replicas
+
+    @property
+    def replica_id(self) -> int:
+        return self.input_pipeline_id * self.num_local_replicas + self.local_replica_id
+
+    @property
+    def local_ranks(self) -> tuple:
+        """The replica ids of this task's local replicas."""
+        first = self.input_pipeline_id * self.num_local_replicas
+        return tuple(range(first, first + self.num_local_replicas))
+
+    def input_context(self) -> InputContext:
+        """The `InputContext` a dataset function of this task receives."""
+        return InputContext(self.num_input_pipelines, self.input_pipeline_id, self.num_replicas_in_sync)

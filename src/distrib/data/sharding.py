@@ -44,7 +44,11 @@ def file_sources(dataset: Dataset) -> List[FilesDataset]:
 
 
 def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) -> AutoShardPolicy:
-    """The policy to apply (never AUTO); an error when FILE cannot be honoured."""
+    """The policy to apply (never AUTO); an error when FILE cannot be honoured.
+
+    ``num_workers`` counts input pipelines (worker tasks), not replicas. With
+    one, FILE on a pipeline without files reads everything (OFF), as in TF.
+    """
     files = file_sources(dataset)
     if policy == AutoShardPolicy.AUTO:
         if len(files) == 1 and len(files[0].paths) >= num_workers:
@@ -57,6 +61,9 @@ def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) 
         _log.debug("auto_shard_policy AUTO: sharding by DATA (%s)", reason)
         return AutoShardPolicy.DATA
     if policy == AutoShardPolicy.FILE:
+        if num_workers == 1 and len(files) != 1:
+            _log.debug("auto_shard_policy FILE with one input pipeline: nothing to shard, reading all")
+            return AutoShardPolicy.OFF
         if len(files) != 1:
             raise ValueError(f"AutoShardPolicy.FILE needs a pipeline that reads its files through one "
                              f"Dataset.from_files, this one has {len(files)}: use AutoShardPolicy.DATA")

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
 from distrib.comm.collective import Collective, ReduceOp
-from distrib.data.input_context import InputContext
+from distrib.data.input_context import InputContext, InputPlacement
 
 __all__ = ["ThreadCollective", "SimulatedStrategy", "run_workers"]
 
@@ -77,11 +77,19 @@ class ThreadCollective(Collective):
 
 
 class SimulatedStrategy:
-    """The strategy attributes distributed input needs, over a `ThreadCollective`."""
+    """The strategy attributes distributed input needs, over a `ThreadCollective`.
 
-    def __init__(self, collective: Collective, device: Any = "cpu") -> None:
+    ``local_replicas`` > 1 groups consecutive ranks into tasks of that many
+    local replicas sharing one input pipeline, as Mirrored devices do.
+    """
+
+    def __init__(self, collective: Collective, device: Any = "cpu", local_replicas: int = 1) -> None:
         self.collective = collective
         self.device = torch.device(device)
+        if local_replicas < 1 or collective.world_size % local_replicas:
+            raise ValueError(f"SimulatedStrategy: {collective.world_size} replicas do not form tasks "
+                             f"of {local_replicas} local replicas")
+        self._local = local_replicas
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -91,8 +99,23 @@ class SimulatedStrategy:
     def replica_id(self) -> int:
         return self.collective.rank
 
+    def input_placement(self) -> InputPlacement:
+        d = self._local
+        return InputPlacement(self.num_replicas_in_sync // d, self.replica_id // d, d, self.replica_id % d)
+
     def input_context(self) -> InputContext:
-        return InputContext(self.num_replicas_in_sync, self.replica_id, self.num_replicas_in_sync)
+        return self.input_placement().input_context()
+
+    def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
+        """Every local replica's ``value`` (gathered over the whole thread group, then filtered)."""
+        if self._local == 1:
+            return (value,)
+        everyone = self.collective._exchange("local_results", value)  # type: ignore[attr-defined]
+        return tuple(everyone[r] for r in self.input_placement().local_ranks)
+
+    def run(self, fn: Callable, args: Any = (), kwargs: Any = None) -> Any:
+        """``fn(*args, **kwargs)`` as this thread's replica."""
+        return fn(*args, **(kwargs or {}))
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         from distrib.data.distributed import distribute_dataset
@@ -106,8 +129,10 @@ class SimulatedStrategy:
 
 
 def run_workers(fn: Callable[[SimulatedStrategy], Any], num_workers: int,
-                timeout: float = 60.0) -> List[Any]:
+                timeout: float = 60.0, local_replicas: int = 1) -> List[Any]:
     """``[fn(strategy_0), ..., fn(strategy_{n-1})]``, run concurrently on threads.
+
+    ``num_workers`` counts replicas; ``local_replicas`` groups them into tasks.
 
     A worker that raises breaks the barrier, so the others fail fast too; the
     first error is re-raised here.
@@ -118,7 +143,7 @@ def run_workers(fn: Callable[[SimulatedStrategy], Any], num_workers: int,
 
     def body(rank: int) -> None:
         try:
-            results[rank] = fn(SimulatedStrategy(ThreadCollective(group, rank)))
+            results[rank] = fn(SimulatedStrategy(ThreadCollective(group, rank), local_replicas=local_replicas))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors[rank] = exc
             group.barrier.abort()

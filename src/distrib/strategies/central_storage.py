@@ -30,6 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.structure import empty_from_spec, loosen_batch, spec_of
 from distrib.strategies import context
 from distrib.strategies.base import Strategy
 from distrib.strategies.local_replicas import parse_replica_device
@@ -96,11 +98,9 @@ class CentralStorageStrategy(Strategy):
         return PerReplica(tuple(results))
 
     # -------------------------------------------------------------- input
-    def input_context(self):
-        from distrib.data.input_context import InputContext
-
-        return InputContext(num_input_pipelines=1, input_pipeline_id=0,
-                            num_replicas_in_sync=self.num_replicas_in_sync)
+    def input_placement(self) -> InputPlacement:
+        """One input pipeline; the replica running now inside `run` (0 outside it) is the local one."""
+        return InputPlacement(num_local_replicas=self.num_replicas_in_sync, local_replica_id=self._local_id)
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Whole global batches; `run` splits them among the replicas."""
@@ -109,7 +109,7 @@ class CentralStorageStrategy(Strategy):
         return distribute_dataset(_OneProcessView(self), dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
-        """The function's per-replica batches, K at a time, joined into one global batch."""
+        """The function's per-replica batches, K at a time: one `PerReplica` per tensor, for `run`."""
         from distrib.data.distributed import distribute_from_function
 
         ctx = self.input_context()
@@ -196,9 +196,10 @@ class _OneProcessView:
         self.device = strategy.device
         self.collective = strategy.collective
 
-    def input_context(self):
-        from distrib.data.input_context import InputContext
+    def input_placement(self) -> InputPlacement:
+        return InputPlacement()
 
+    def input_context(self) -> InputContext:
         return InputContext()
 
     def __getattr__(self, name: str) -> Any:
@@ -206,7 +207,11 @@ class _OneProcessView:
 
 
 class _JoinedBatches:
-    """Iterates K per-replica batches at a time, concatenated along the batch dimension."""
+    """Iterates K per-replica batches at a time, as one structure of `PerReplica` leaves.
+
+    `run` hands replica ``i`` its own batch, as TF does; when the function's
+    data ends within a step the remaining replicas get empty batches.
+    """
 
     def __init__(self, dataset: Any, k: int) -> None:
         self._dataset = dataset
@@ -223,15 +228,16 @@ class _JoinedBatches:
                     break
             if not parts:
                 return
-            yield _concat(parts)
+            if len(parts) < self._k:
+                empty = empty_from_spec(loosen_batch(spec_of(parts[0])))
+                parts.extend(empty for _ in range(self._k - len(parts)))
+            yield _per_replica_leaves(parts)
 
 
-def _concat(parts: List[Any]) -> Any:
+def _per_replica_leaves(parts: List[Any]) -> Any:
     first = parts[0]
-    if isinstance(first, torch.Tensor):
-        return torch.cat(parts, dim=0)
     if isinstance(first, dict):
-        return {k: _concat([p[k] for p in parts]) for k in first}
+        return {k: _per_replica_leaves([p[k] for p in parts]) for k in first}
     if isinstance(first, (tuple, list)):
-        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
-    return first
+        return type(first)(_per_replica_leaves([p[i] for p in parts]) for i in range(len(first)))
+    return PerReplica(tuple(parts))

@@ -6,7 +6,9 @@ a multi-worker task given ``local_devices``), the task's own process becomes
 local replica 0 and re-launches the same command line D-1 times, the way
 PyTorch Lightning does; each child learns its index from
 ``DISTRIB_LOCAL_REPLICA=index/count/port``. The whole script runs in every
-replica; only local replica 0's standard output is shown (the children's is
+replica, started in the directory the program was in when it imported distrib
+(so a script that changes directory before creating the strategy still finds
+itself and changes directory the same way); only local replica 0's standard output is shown (the children's is
 discarded, their standard error is kept and shown if they fail), so output is
 not duplicated. A cluster of W tasks with D devices each has W·D replicas,
 ranked task by task.
@@ -21,10 +23,11 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+import distrib
 from distrib.launch.ports import free_port
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
@@ -134,7 +137,8 @@ class LocalReplicas:
             env = dict(os.environ, **{ENV_VAR: f"{index}/{self.count}/{self.port}"})
             env.setdefault("OMP_NUM_THREADS", threads)
             err = tempfile.TemporaryFile(mode="w+b")
-            proc = subprocess.Popen([sys.executable, *argv], env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=distrib._START_DIRECTORY,
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err)
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:
@@ -160,18 +164,31 @@ class LocalReplicas:
             os._exit(1)
 
 
+#: Connections made in this process, by (devices, task, job): a second strategy
+#: over the same replicas reuses them instead of re-launching the program again.
+_CONNECTED: Dict[Tuple[Any, ...], Tuple["LocalReplicas", Any]] = {}
+
+
 def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.device], options: Any):
     """Start this task's local replicas and join every replica of the job.
 
     Returns ``(replicas, collective)``; the collective is local when the job
-    has one replica (or this task is an evaluator beside it).
+    has one replica (or this task is an evaluator beside it). A second
+    strategy over the same devices and job in the same program (as TF allows)
+    gets the first one's replicas and collective: the program is not
+    re-launched and the replicas do not meet again.
     """
     from distrib.comm.collective import LocalCollective
 
+    key = (tuple(labels), base.task_type, base.task_id, base.rank, base.world_size,
+           getattr(base, "rendezvous_address", None), options.backend_for(devices[0]))
+    if key in _CONNECTED and not getattr(_CONNECTED[key][1], "_closed", False):
+        return _CONNECTED[key]
     replicas = LocalReplicas(base, labels, devices)
     replicas.launch_children()
     if replicas.rank is None or replicas.world_size <= 1:
         return replicas, LocalCollective()
     from distrib.comm.torch_collective import TorchCollective
 
-    return replicas, TorchCollective.connect(replicas, options, replicas.device)
+    _CONNECTED[key] = (replicas, TorchCollective.connect(replicas, options, replicas.device))
+    return _CONNECTED[key]

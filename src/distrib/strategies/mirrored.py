@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
+from distrib.data.input_context import InputPlacement
 from distrib.strategies.base import Strategy
 from distrib.strategies.local_gpu import local_task_index
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
@@ -59,10 +60,18 @@ class MirroredStrategy(Strategy):
                                            gradient_compression=options.gradient_compression)
         resolver = resolve_cluster()
         validate_task_types(resolver, self.supported_task_types, type(self).__name__)
-        if resolver.world_size > 1:
+        self._adopted = resolver.world_size > 1
+        if self._adopted:
             # Adopted: each launched task is one replica, on its own device of this machine.
             local = local_task_index(resolver) % len(devs)
             labels, devs = [labels[local]], [devs[local]]
         replicas, collective = connect_replicas(resolver, labels, devs, options)
         super().__init__(collective=collective, device=replicas.device, cluster_resolver=replicas,
                          communication_options=options)
+
+    def input_placement(self) -> InputPlacement:
+        """One input pipeline: the replicas (adopted tasks too) are this machine's devices."""
+        n = self.num_replicas_in_sync
+        if not self._adopted or n <= 1:
+            return super().input_placement()
+        return InputPlacement(num_local_replicas=n, local_replica_id=self.replica_id)

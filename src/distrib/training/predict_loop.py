@@ -60,7 +60,7 @@ def run_predict(model: "Model", *, x: Any, batch_size: Optional[int], verbose: A
                     break
                 cbs.on_predict_batch_begin(step)
                 x_part, _, _ = unpack(batch)
-                parts = strategy.experimental_local_results(strategy.run(model.predict_step, (x_part,)))
+                parts = strategy._own_results(strategy.run(model.predict_step, (x_part,)))
                 y_pred = parts[0] if len(parts) == 1 else _concat(list(parts))  # replicas of this process
                 outputs.append(y_pred)
                 sizes.append(_rows(y_pred))
