@@ -6,6 +6,11 @@ itself; while some are missing, every present task logs once which tasks it
 is waiting for and where, and after ``timeout`` seconds raises
 `RendezvousTimeoutError` naming them.
 
+A task whose rank already joined the store it reaches is a restarted task
+meeting the previous attempt's chief (after a multi-node restart, nodes
+restart independently); it lets that store go and keeps waiting for the new
+chief.
+
 Example log line (worker 0 started first, worker 1 not yet):
     distrib: worker 0 waiting for worker 1 (127.0.0.1:23456) to join (timeout 60s)
 """
@@ -51,8 +56,11 @@ def connect_store(host: str, port: int, rank: int, world_size: int, timeout: flo
         # hundreds of milliseconds, which every worker that starts before its chief would pay.
         if _accepts(host, port):
             try:
-                return dist.TCPStore(host, port, world_size, is_master=False,
-                                     timeout=timedelta(seconds=min(2.0, remaining)))
+                store = dist.TCPStore(host, port, world_size, is_master=False,
+                                      timeout=timedelta(seconds=min(2.0, remaining)))
+                if not _joined_before(store, rank):
+                    return store
+                del store  # a previous attempt's chief (multi-node restart): wait for the new one
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
@@ -60,6 +68,11 @@ def connect_store(host: str, port: int, rank: int, world_size: int, timeout: flo
                         describe(rank), describe(0), timeout)
             announced = True
         time.sleep(_POLL_SECONDS / 2)  # poll: nothing notifies us when the chief starts listening
+
+
+def _joined_before(store: dist.Store, rank: int) -> bool:
+    """Whether ``rank`` already joined this store: it belongs to an attempt that is ending."""
+    return bool(store.check([f"distrib/joined/{rank}"]))
 
 
 def _accepts(host: str, port: int) -> bool:
