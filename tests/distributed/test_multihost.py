@@ -232,3 +232,25 @@ def test_a_partition_names_the_lost_task_and_resumes_exactly(script, tmp_path, t
     assert f"worker 1 ({hosts.address(1)}:{MASTER_PORT + 1})" in chief.split("restarting")[0], chief
     for rank in range(2):
         assert_same(weights(out, rank), two_hosts_reference, exact=True)
+
+
+@needs_netns
+@pytest.mark.slow
+def test_the_slurm_recipe_trains_across_hosts(script, tmp_path, one_process):
+    """What `srun python train.py` gives each task, on two namespace hosts: no launcher at all."""
+    out = str(tmp_path)
+    with NamespaceHosts(2) as hosts:
+        nodelist = ",".join(hosts.address(i) for i in range(2))
+        procs = []
+        for i in range(2):
+            env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+            env.update(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_JOB_NODELIST=nodelist,
+                       SLURM_TASKS_PER_NODE="1(x2)", MASTER_PORT=str(MASTER_PORT),
+                       OMP_NUM_THREADS="1")
+            procs.append(hosts.popen(i, [sys.executable, script, out, os.path.join(out, "backup"),
+                                         "0", "-1", "0", "none"], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+        outputs = finish(procs)
+    assert all("finished as replica" in o and "of 2" in o for o in outputs), outputs
+    for rank in range(2):
+        assert_same(weights(out, rank), one_process, exact=False)
