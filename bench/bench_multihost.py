@@ -1,8 +1,9 @@
 """Throughput across namespace hosts under added latency and loss: distrib vs DDP.
 
-Two hosts (network namespaces on a private bridge, `distrib.testing.netns`),
-one worker each; the link of every host gets ``tc netem`` delay (each way)
-and loss. The same MLP job runs as distrib (`MultiWorkerMirroredStrategy` +
+Two hosts (network namespaces, `distrib.testing.netns`), one worker each,
+joined by the user-space wire (`distrib.testing.wire`: this machine's kernel
+has no ``sch_netem``), which delays every frame (so the round trip is twice
+the delay) and drops the given share; 9000-byte MTU. The same MLP job runs as distrib (`MultiWorkerMirroredStrategy` +
 `Model.fit`, launched with ``distrib launch --hosts``) and as plain DDP
 (gloo, same model, data and steps), interleaved, ``--reps`` times per
 condition. Each worker times its own steady steps (after ``WARMUP`` steps);
@@ -92,11 +93,8 @@ dist.destroy_process_group()
 
 def run_once(system: str, delay: float, loss: float, work: Path) -> float:
     out = Path(tempfile.mkdtemp(dir=work))
-    script = work / f"{system}.py"
-    with NamespaceHosts(2) as hosts:
-        for i in range(2):
-            if delay or loss:
-                hosts.impair(i, delay_ms=delay, loss_percent=loss)
+    script = work / f"job_{system}.py"
+    with NamespaceHosts(2, wire=True, delay_ms=delay, loss_percent=loss) as hosts:
         procs = []
         for i in range(2):
             env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
@@ -132,9 +130,11 @@ def section(samples: Dict[Tuple[str, str], List[float]], reps: int) -> str:
         "## Across hosts: latency and loss (namespace hosts)",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} cores, distrib commit {commit()}.  ",
-        f"Command: `python bench/bench_multihost.py --reps {reps}` (root). Two network-namespace hosts on "
-        f"a bridge, one worker each, `tc netem` delay on each host's link (so the round trip is twice "
-        f"the delay) and loss; MLP 64-{WIDTH}-{WIDTH}-1 ({64 * WIDTH + WIDTH + WIDTH * WIDTH + WIDTH + WIDTH + 1:,} "
+        f"Command: `python bench/bench_multihost.py --reps {reps}` (root). Two network-namespace hosts, "
+        f"one worker each, joined by distrib.testing.wire (a user-space hub between TAP devices, 9000-byte "
+        f"MTU: this kernel has no `sch_netem`), which delays every frame (round trip = twice the delay) "
+        f"and drops the given share; the hub itself costs CPU on this 2-core machine, so compare rows "
+        f"as ratios; MLP 64-{WIDTH}-{WIDTH}-1 ({64 * WIDTH + WIDTH + WIDTH * WIDTH + WIDTH + WIDTH + 1:,} "
         f"parameters), SGD, global batch {GLOBAL_BATCH}, {STEPS} steps, the first {WARMUP} not timed; "
         f"medians of {reps} interleaved runs (min–max in brackets).",
         "",
@@ -174,8 +174,8 @@ def main() -> None:
     samples: Dict[Tuple[str, str], List[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "distrib.py").write_text(DISTRIB_SCRIPT)
-        (work / "ddp.py").write_text(DDP_SCRIPT)
+        (work / "job_distrib.py").write_text(DISTRIB_SCRIPT)
+        (work / "job_ddp.py").write_text(DDP_SCRIPT)
         for rep in range(ns.reps):
             for name, delay, loss in CONDITIONS:
                 for system in (("distrib", "ddp") if rep % 2 == 0 else ("ddp", "distrib")):

@@ -10,7 +10,10 @@ is removed on exit (context manager, ``atexit`` and a ``finally`` when set-up
 fails half way), including every process still running in a host.
 
 Link faults are applied on a host's veth end: `cut` / `restore` (link down
-and up) and `impair` (``tc netem`` delay and loss).
+and up) and `impair` (``tc netem`` delay and loss, where the kernel has
+netem). With ``wire=True`` the hosts are joined instead by a user-space hub
+(`distrib.testing.wire`) through a TAP device each, which adds
+``delay_ms`` and ``loss_percent`` itself: it works on kernels without netem.
 
 Needs root and ``ip`` (iproute2); `namespaces_available` tells whether this
 machine can create a namespace, so tests can skip with a reason.
@@ -30,6 +33,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from typing import Dict, List, Optional, Sequence
 
@@ -88,9 +92,12 @@ class NamespaceHosts:
     Args:
         n: number of hosts (1..200).
         ipv6: also give host ``i`` the address ``fd13:213:<net>::<i+1>/64``.
+        wire: join the hosts with the user-space hub instead of a bridge.
+        delay_ms, loss_percent: what the hub adds to every frame (``wire=True`` only).
     """
 
-    def __init__(self, n: int, *, ipv6: bool = False) -> None:
+    def __init__(self, n: int, *, ipv6: bool = False, wire: bool = False,
+                 delay_ms: float = 0.0, loss_percent: float = 0.0) -> None:
         if not 1 <= n <= 200:
             raise ValueError(f"NamespaceHosts: n must be in 1..200, got {n}")
         self.n = n
@@ -100,12 +107,17 @@ class NamespaceHosts:
         self.names: List[str] = [f"dh{uid}n{i}" for i in range(n)]
         self._veths = [(f"dv{uid}h{i}", f"dv{uid}s{i}") for i in range(n)]
         self._ipv6 = ipv6
+        self._wire = wire
+        self._hub: Optional[subprocess.Popen] = None
         self._closed = False
         self._lock = threading.Lock()
         with _live_lock:
             _live[id(self)] = self
         try:
-            self._create()
+            if wire:
+                self._create_wired(delay_ms, loss_percent)
+            else:
+                self._create()
         except BaseException:
             self.close()
             raise
@@ -130,6 +142,30 @@ class NamespaceHosts:
             if self._ipv6:
                 _ip("-n", name, "addr", "add", f"{self.address6(i)}/64", "dev", host_end, "nodad")
             _ip("-n", name, "link", "set", host_end, "up")
+
+    def _create_wired(self, delay_ms: float, loss_percent: float) -> None:
+        taps = []
+        for i, name in enumerate(self.names):
+            tap = self._veths[i][0]
+            _ip("netns", "add", name)
+            _ip("-n", name, "tuntap", "add", "dev", tap, "mode", "tap")
+            _ip("-n", name, "link", "set", tap, "mtu", "9000")
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "addr", "add", f"{self.address(i)}/24", "dev", tap)
+            if self._ipv6:
+                _ip("-n", name, "addr", "add", f"{self.address6(i)}/64", "dev", tap, "nodad")
+            _ip("-n", name, "link", "set", tap, "up")
+            taps.append(f"{name}:{tap}")
+        self._hub = subprocess.Popen(
+            [sys.executable, "-m", "distrib.testing.wire", "--delay-ms", str(delay_ms),
+             "--loss-percent", str(loss_percent), *taps],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        assert self._hub.stdout is not None
+        line = self._hub.stdout.readline()  # the hub prints "ready" or exits with an error
+        if line.strip() != "ready":
+            self._hub.kill()
+            _, err = self._hub.communicate(timeout=_IP_TIMEOUT)
+            raise NamespaceError(f"the user-space wire did not start: {err.strip()[-500:]}")
 
     # ------------------------------------------------------------ queries
     def address(self, i: int) -> str:
@@ -179,11 +215,17 @@ class NamespaceHosts:
     # ------------------------------------------------------------ faults
     def cut(self, i: int) -> None:
         """Take host ``i``'s link down: it can reach nobody and nobody reaches it."""
-        _ip("-n", self._switch, "link", "set", self._veths[i][1], "down")
+        if self._wire:
+            _ip("-n", self.names[i], "link", "set", self._veths[i][0], "down")
+        else:
+            _ip("-n", self._switch, "link", "set", self._veths[i][1], "down")
 
     def restore(self, i: int) -> None:
         """Bring host ``i``'s link back up."""
-        _ip("-n", self._switch, "link", "set", self._veths[i][1], "up")
+        if self._wire:
+            _ip("-n", self.names[i], "link", "set", self._veths[i][0], "up")
+        else:
+            _ip("-n", self._switch, "link", "set", self._veths[i][1], "up")
 
     def impair(self, i: int, delay_ms: float = 0.0, loss_percent: float = 0.0) -> None:
         """Add ``delay_ms`` latency and ``loss_percent`` loss to what host ``i`` sends (tc netem)."""
@@ -205,6 +247,9 @@ class NamespaceHosts:
             self._closed = True
         for i in range(len(self.names)):
             self.kill_host(i)
+        if self._hub is not None:
+            self._hub.kill()
+            self._hub.communicate(timeout=_IP_TIMEOUT)
         for name in [*self.names, self._switch]:
             _ip("netns", "del", name, check=False)  # deleting a namespace removes its veths
         with _live_lock:
