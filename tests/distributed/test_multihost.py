@@ -145,6 +145,35 @@ def one_process(tmp_path_factory):
     return weights(out, 0)
 
 
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 9), timeout=2).close()
+    print("open")
+except ConnectionRefusedError:
+    print("reachable")
+except OSError as exc:
+    print("unreachable", type(exc).__name__)
+"""
+
+
+@needs_netns
+@pytest.mark.parametrize("wire", [False, True], ids=["bridge", "wire"])
+def test_namespace_hosts_reach_each_other_cut_restore_and_vanish(wire):
+    with NamespaceHosts(2, wire=wire) as hosts:
+        names = list(hosts.names)
+        probe = [sys.executable, "-c", PROBE, hosts.address(0)]
+        assert hosts.run(1, probe).stdout.split()[0] == "reachable"  # nothing listens: refused
+        hosts.cut(1)
+        assert hosts.run(1, probe).stdout.split()[0] == "unreachable"
+        hosts.restore(1)
+        deadline = time.monotonic() + 30  # the link needs a moment to carry traffic again
+        while hosts.run(1, probe).stdout.split()[0] != "reachable":
+            assert time.monotonic() < deadline, "host 1 never reached host 0 after restore"  # poll
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
+    assert not any(name in left for name in names), left
+
+
 @needs_netns
 def test_two_hosts_train_like_one_process(script, tmp_path, one_process):
     with NamespaceHosts(2) as hosts:
@@ -254,3 +283,14 @@ def test_the_slurm_recipe_trains_across_hosts(script, tmp_path, one_process):
     assert all("finished as replica" in o and "of 2" in o for o in outputs), outputs
     for rank in range(2):
         assert_same(weights(out, rank), one_process, exact=False)
+
+
+@needs_netns
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_ms, loss_percent", [(5, 0), (20, 1)])
+def test_training_completes_over_a_slow_lossy_link(script, tmp_path, one_process, delay_ms, loss_percent):
+    with NamespaceHosts(2, wire=True, delay_ms=delay_ms, loss_percent=loss_percent) as hosts:
+        outputs = finish([start_node(hosts, i, script, str(tmp_path)) for i in range(2)])
+    assert all("finished as replica" in o for o in outputs), outputs
+    for rank in range(2):
+        assert_same(weights(str(tmp_path), rank), one_process, exact=False)

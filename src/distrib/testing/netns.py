@@ -157,7 +157,7 @@ class NamespaceHosts:
             _ip("-n", name, "link", "set", tap, "up")
             taps.append(f"{name}:{tap}")
         self._hub = subprocess.Popen(
-            [sys.executable, "-m", "distrib.testing.wire", "--delay-ms", str(delay_ms),
+            [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py"), "--delay-ms", str(delay_ms),
              "--loss-percent", str(loss_percent), *taps],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self._hub.stdout is not None
