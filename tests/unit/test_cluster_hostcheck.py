@@ -64,10 +64,24 @@ def test_a_strategy_with_an_unresolvable_peer_fails_at_once(monkeypatch):
         distrib.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def test_a_strategy_whose_own_address_is_elsewhere_names_itself(monkeypatch):
+def test_a_chief_whose_own_address_is_elsewhere_names_itself(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": ["192.0.2.7:2222", "127.0.0.1:2223"]},
+        "task": {"type": "worker", "index": 0}}))
+    options = distrib.CommunicationOptions(timeout_seconds=600)
+    with pytest.raises(ClusterConfigError, match=r"^worker 0: its address 192.0.2.7:2222 .*"
+                       r"not an address of this machine.*\(the chief hosts the rendezvous there\)$"):
+        distrib.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def test_another_task_whose_own_address_is_elsewhere_is_warned_about(monkeypatch, caplog):
+    from distrib.cluster.hostcheck import check_task_addresses
+    from distrib.cluster.tf_config import TFConfigClusterResolver
+
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"worker": ["127.0.0.1:2222", "192.0.2.7:2223"]},
         "task": {"type": "worker", "index": 1}}))
-    options = distrib.CommunicationOptions(timeout_seconds=600)
-    with pytest.raises(ClusterConfigError, match="^worker 1: its address 192.0.2.7:2223"):
-        distrib.MultiWorkerMirroredStrategy(communication_options=options)
+    with caplog.at_level("WARNING", logger="distrib.cluster"):
+        assert check_task_addresses(TFConfigClusterResolver()) is None
+    assert "worker 1: its address 192.0.2.7:2223 (192.0.2.7) is not an address of this machine" \
+        in caplog.text

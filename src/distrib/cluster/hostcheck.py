@@ -7,7 +7,7 @@ Before the rendezvous, every task:
   of a long wait ending in "could not listen ... timed out";
 * checks that its own address is one of this machine's (`own_interface`):
   a task started on the wrong machine, or given another machine's address,
-  is named;
+  is named (an error for the chief, a warning for the others);
 * finds the network interface that carries its own address, so the
   collective backend (gloo) talks on that interface rather than on whatever
   the machine's host name happens to resolve to (often loopback, which peers
@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import ipaddress
+import logging
 import socket
 import struct
 from typing import Dict, List, Optional, Protocol
@@ -39,6 +40,7 @@ from distrib.cluster.task import TaskInfo
 __all__ = ["resolve_cluster_hosts", "host_ips", "own_interface", "interface_of",
            "check_task_addresses"]
 
+log = logging.getLogger("distrib.cluster")
 _SIOCGIFADDR = 0x8915
 _WILDCARDS = ("0.0.0.0", "::")
 
@@ -171,14 +173,22 @@ class _Resolver(Protocol):
     @property
     def task_id(self) -> Optional[int]: ...
 
+    @property
+    def is_chief(self) -> bool: ...
+
     def cluster_spec(self) -> ClusterSpec: ...
 
 
 def check_task_addresses(resolver: _Resolver) -> Optional[str]:
     """Resolve the whole cluster, check this task's own address; return its interface.
 
+    The chief must own its address (its store listens there); another task
+    whose address is not on this machine only gets a warning naming it: it
+    never listens on that address, and behind NAT or a service proxy the
+    published address legitimately differs from the machine's own.
+
     Raises:
-        ClusterConfigError: a host does not resolve, or this task's address
+        ClusterConfigError: a host does not resolve, or the chief's address
             is not on this machine (see `resolve_cluster_hosts`, `own_interface`).
     """
     spec = resolver.cluster_spec()
@@ -189,4 +199,10 @@ def check_task_addresses(resolver: _Resolver) -> Optional[str]:
     address = spec.task_address(task_type, task_id)
     name = TaskInfo(task_type, task_id)
     host, _ = parse_address(address, f"{resolver.cluster_field} {name}")
-    return own_interface(host, str(name), address)
+    try:
+        return own_interface(host, str(name), address)
+    except ClusterConfigError as exc:
+        if resolver.is_chief:
+            raise ClusterConfigError(f"{exc} (the chief hosts the rendezvous there)") from None
+        log.warning("distrib: %s", exc)
+        return None
