@@ -85,3 +85,13 @@ def test_another_task_whose_own_address_is_elsewhere_is_warned_about(monkeypatch
         assert check_task_addresses(TFConfigClusterResolver()) is None
     assert "worker 1: its address 192.0.2.7:2223 (192.0.2.7) is not an address of this machine" \
         in caplog.text
+
+
+def test_a_parameter_server_job_with_an_unresolvable_host_fails_at_once(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"],
+                    "ps": [f"{BAD_HOST}:2224"]},
+        "task": {"type": "chief", "index": 0}}))
+    options = distrib.CommunicationOptions(timeout_seconds=600)
+    with pytest.raises(ClusterConfigError, match="ps 0's host 'no-such-host.invalid'"):
+        distrib.experimental.ParameterServerStrategy(communication_options=options)

@@ -32,6 +32,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from distrib.cluster.task import TaskInfo
+from distrib.cluster.hostcheck import resolve_cluster_hosts
 from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.strategies.ps_cluster import PSCluster, rpc_name
 from distrib.strategies.ps_errors import UnavailableError
@@ -108,6 +109,8 @@ class Runtime:
     # ------------------------------------------------------------ joining
     def start(self) -> None:
         """Meet every task at the chief, then form the RPC world (bounded by the timeout)."""
+        resolver = self.cluster.resolver  # a bad host name fails now, not after a wait
+        resolve_cluster_hosts(resolver.cluster_spec(), getattr(resolver, "cluster_field", "the cluster"))
         if _JOINED:
             raise RuntimeError("ParameterServerStrategy: this process already joined a parameter-server "
                                "job; create the strategy once per process")
