@@ -9,9 +9,13 @@ from distrib.launch.ports import free_port
 def test_each_launcher_counter_gives_its_own_namespace():
     names = {attempt_namespace(env) for env in (
         {}, {"TORCHELASTIC_RESTART_COUNT": "0"}, {"TORCHELASTIC_RESTART_COUNT": "1"},
-        {"SLURM_RESTART_COUNT": "1"}, {"DISTRIB_RESTART_COUNT": "1"},
-        {"SLURM_RESTART_COUNT": "1", "DISTRIB_RESTART_COUNT": "1"})}
-    assert len(names) == 6
+        {"SLURM_RESTART_COUNT": "1"}, {"SLURM_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "1"})}
+    assert len(names) == 5
+
+
+def test_distrib_launch_counter_is_not_part_of_the_namespace():
+    """Nodes of a multi-node launch count their restarts apart: the count must not split them."""
+    assert attempt_namespace({"DISTRIB_RESTART_COUNT": "3"}) == attempt_namespace({})
 
 
 def test_malformed_counter_names_the_variable():

@@ -8,11 +8,15 @@ under a prefix naming the attempt, built from the restart counters the
 launchers set:
 
 * ``TORCHELASTIC_RESTART_COUNT`` (torchrun),
-* ``SLURM_RESTART_COUNT`` (SLURM requeue),
-* ``DISTRIB_RESTART_COUNT`` (``distrib launch``).
+* ``SLURM_RESTART_COUNT`` (SLURM requeue).
 
 Only the counters present take part, so the tasks of one attempt (which share
-them) agree on the prefix and two attempts never do.
+them) agree on the prefix and two attempts never do. ``distrib launch``'s own
+``DISTRIB_RESTART_COUNT`` is left out on purpose: on one machine every
+restart gets fresh ports (so a fresh store), and with ``--hosts`` each node
+counts its own restarts, so the counts of one attempt can differ between
+nodes; there a restarted task recognises the previous attempt's chief by its
+own join key instead (`distrib.comm.rendezvous`).
 
 Example:
     >>> attempt_namespace({"TORCHELASTIC_RESTART_COUNT": "1"})
@@ -31,8 +35,7 @@ __all__ = ["RESTART_COUNTERS", "attempt_namespace", "attempt_store"]
 
 #: Launcher restart counters, with the short name each gets in the namespace.
 RESTART_COUNTERS = (("TORCHELASTIC_RESTART_COUNT", "torchelastic"),
-                    ("SLURM_RESTART_COUNT", "slurm"),
-                    ("DISTRIB_RESTART_COUNT", "distrib"))
+                    ("SLURM_RESTART_COUNT", "slurm"))
 
 
 def attempt_namespace(environ: Optional[Mapping[str, str]] = None) -> str:

@@ -13,6 +13,11 @@ agent holds (which made c10d print a "failed to bind" error line); since that
 store outlives a restart, the caller keeps each attempt's keys under a prefix
 of its own (`distrib.comm.attempt`).
 
+A task whose rank already joined the store it reaches is a restarted task
+meeting the previous attempt's chief (after a multi-node restart, nodes
+restart independently); it lets that store go and keeps waiting for the new
+chief.
+
 Example log line (worker 0 started first, worker 1 not yet):
     distrib: worker 0 waiting for worker 1 (127.0.0.1:23456) to join (timeout 60s)
 """
@@ -27,6 +32,7 @@ from typing import Callable, List
 
 import torch.distributed as dist
 
+from distrib.comm.attempt import attempt_namespace
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
 __all__ = ["connect_store", "wait_for_all"]
@@ -71,8 +77,11 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
         # hundreds of milliseconds, which every worker that starts before its chief would pay.
         if _accepts(host, port):
             try:
-                return dist.TCPStore(host, port, world_size, is_master=False,
-                                     timeout=timedelta(seconds=min(2.0, remaining)))
+                store = dist.TCPStore(host, port, world_size, is_master=False,
+                                      timeout=timedelta(seconds=min(2.0, remaining)))
+                if not _joined_before(store, rank):
+                    return store
+                del store  # a previous attempt's chief (multi-node restart): wait for the new one
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
@@ -80,6 +89,11 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
                         describe(rank), describe(0), timeout)
             announced = True
         time.sleep(_POLL_SECONDS / 2)  # poll: nothing notifies us when the chief starts listening
+
+
+def _joined_before(store: dist.Store, rank: int) -> bool:
+    """Whether ``rank`` already joined this attempt's keys: the store belongs to an attempt that is ending."""
+    return bool(store.check([f"{attempt_namespace()}/distrib/joined/{rank}"]))
 
 
 def _accepts(host: str, port: int) -> bool:

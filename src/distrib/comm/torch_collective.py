@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import time
 from datetime import timedelta
 from typing import Any, List, Optional
@@ -24,6 +25,7 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from distrib.cluster.hostcheck import check_task_addresses
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import Collective, ReduceOp
 from distrib.comm.errors import CollectiveTimeoutError, DistribCommError, WorkerLostError, first_line
@@ -59,6 +61,9 @@ class TorchCollective(Collective):
         rank, world = resolver.rank, resolver.world_size
         timeout = options.timeout
         describe = resolver.describe
+        interface = check_task_addresses(resolver)
+        if interface is not None:  # else gloo picks what the host name resolves to, maybe loopback
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         namespace = attempt_namespace()  # a restarted attempt never reads the last one's keys
         raw_store = connect_store(host, port, rank, world, timeout, describe)
         pg_timeout = timedelta(seconds=timeout)

@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, 
 from distrib.hooks import short_cause
 from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
-from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, task_environment
+from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
+                                   node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
 from distrib.launch.ports import reserve_ports
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
@@ -90,6 +91,9 @@ def launch(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     python: Optional[str] = None,
     verbose: bool = False,
+    hosts: Optional[Sequence[str]] = None,
+    node_rank: int = 0,
+    master_port: int = 29500,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -123,6 +127,13 @@ def launch(
         python: interpreter for the tasks (default: this one).
         verbose: set ``DISTRIB_VERBOSE=1`` in the tasks, so distrib's own
             errors print their full traceback, not just one line.
+        hosts: multi-node launch: one address per node, the same list on
+            every node; this node starts the ``workers`` tasks of node
+            ``node_rank`` with the cluster of `build_node_cluster` (fixed
+            ports from ``master_port``; worker 0 at ``hosts[0]`` is the
+            chief). A restart restarts this node's tasks only.
+        node_rank: this node's index in ``hosts``.
+        master_port: first port of a multi-node cluster (the chief's).
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -136,6 +147,13 @@ def launch(
         ValueError, FileNotFoundError: bad arguments (nothing was started).
     """
     layout = ClusterLayout(workers=workers, chief=chief, ps=ps, evaluator=evaluator)
+    fixed_cluster = None
+    if hosts is not None:
+        if chief or ps or evaluator:
+            raise ValueError("distrib launch: a multi-node launch (--hosts) runs worker tasks "
+                             "only; drop --chief, --ps and --evaluator")
+        fixed_cluster = build_node_cluster(list(hosts), workers, master_port)
+        local_tasks = node_tasks(node_rank, len(hosts), workers)
     target = os.fspath(target)
     _check_target(target, module, cwd)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -176,11 +194,15 @@ def launch(
                 log(message)
                 result.failures.append(message)
                 raise LaunchTimeoutError(_PREFIX + message, finish())
-            tasks = layout.tasks()
-            cluster = build_cluster(layout, host, reserve_ports(len(tasks), host))
+            if fixed_cluster is not None:
+                tasks, cluster, local_training = local_tasks, fixed_cluster, len(local_tasks)
+            else:
+                tasks = layout.tasks()
+                cluster = build_cluster(layout, host, reserve_ports(len(tasks), host))
+                local_training = len(layout.training_tasks())
             launches = [
                 TaskLaunch(task, command, task_environment(
-                    base_env, cluster, task, num_training_tasks=len(layout.training_tasks()),
+                    base_env, cluster, task, num_training_tasks=local_training,
                     restart_count=result.restarts))
                 for task in tasks
             ]

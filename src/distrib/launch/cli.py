@@ -31,7 +31,10 @@ from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
 from distrib.launch.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
 from distrib.launch.result import LaunchTimeoutError
 
-__all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main"]
+__all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main", "DEFAULT_MASTER_PORT"]
+
+#: First port of a multi-node cluster when ``--master-port`` is not given (torchrun's).
+DEFAULT_MASTER_PORT = 29500
 
 TOP_EXAMPLES = """\
 examples:
@@ -53,8 +56,8 @@ examples:
       restart the whole group after a crash, up to 3 times (resume with BackupAndRestore)
   distrib launch --workers 2 --timeout 600 --verbose -m mypkg.train --lr 0.1
       run a module, stop everything after 10 minutes, full tracebacks for distrib errors
-  # multi-node (flags added by the multi-node launcher; see README "Launching"):
-  #   distrib launch --nnodes 2 --node-rank 0 --master-addr HOST --master-port PORT ... train.py
+  distrib launch --hosts 10.0.0.1,10.0.0.2 --nnodes 2 --node-rank 0 --nproc-per-node 2 train.py
+      node 0 of two machines (run the same line with --node-rank 1 on the second)
 
 A live progress bar is shown when this terminal is one (the chief's bar updates in place);
 piped to a file, each epoch prints one line. distrib's own errors print one line per task;
@@ -63,8 +66,10 @@ piped to a file, each epoch prints one line. distrib's own errors print one line
 
 #: Options of other launchers people type by habit, and the distrib option that does it.
 KNOWN_ALIASES: Dict[str, str] = {
-    "--nproc-per-node": "--workers",
-    "--nproc_per_node": "--workers",
+    "--nproc_per_node": "--nproc-per-node",
+    "--node_rank": "--node-rank",
+    "--master_addr": "--master-addr",
+    "--master_port": "--master-port",
     "--num-workers": "--workers",
     "--np": "--workers",
     "--max_restarts": "--max-restarts",
@@ -128,6 +133,9 @@ class LaunchOptions:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     timeout: Optional[float] = None
     verbose: bool = False
+    hosts: Optional[List[str]] = None
+    node_rank: int = 0
+    master_port: int = DEFAULT_MASTER_PORT
 
 
 def _count(text: str) -> int:
@@ -148,6 +156,70 @@ def _seconds(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
     return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
+    return value
+
+
+def _add_multinode_flags(run: argparse.ArgumentParser) -> None:
+    """The torchrun-style flags of a launch across several machines."""
+    nodes = run.add_argument_group(
+        "several machines", "Run the same command on every node with its own --node-rank; "
+        "node i starts workers i*P .. i*P+P-1 (P = --nproc-per-node) on ports "
+        "--master-port + global index; worker 0 on the first host is the chief.")
+    nodes.add_argument("--hosts", default=None, metavar="H1,H2,...",
+                       help="address of every node, the same list on every node")
+    nodes.add_argument("--nnodes", type=_count, default=None, metavar="N",
+                       help="number of nodes (default: the number of --hosts)")
+    nodes.add_argument("--node-rank", type=_count, default=0, metavar="I",
+                       help="this node's index in --hosts (default: 0)")
+    nodes.add_argument("--master-addr", default=None, metavar="HOST",
+                       help="the chief's host; must be the first of --hosts")
+    nodes.add_argument("--master-port", type=_port, default=None, metavar="PORT",
+                       help=f"the chief's port, first of the cluster's ports "
+                            f"(default: {DEFAULT_MASTER_PORT})")
+    nodes.add_argument("--nproc-per-node", type=_count, default=None, metavar="P",
+                       help="worker tasks per node (same as --workers)")
+
+
+def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Check the multi-node flags against each other; fill ``ns.hosts`` and ``ns.workers``."""
+    if ns.nproc_per_node is not None:
+        if ns.workers not in (1, ns.nproc_per_node):
+            parser.error(f"--nproc-per-node {ns.nproc_per_node} and --workers {ns.workers} "
+                         f"disagree; give one of them")
+        ns.workers = ns.nproc_per_node
+    hosts = None
+    if ns.hosts is not None:
+        hosts = [h.strip() for h in ns.hosts.split(",")]
+        if not all(hosts):
+            parser.error(f"--hosts {ns.hosts!r} has an empty entry; expected H1,H2,...")
+    elif ns.master_addr is not None or ns.nnodes is not None:
+        if (ns.nnodes or 1) > 1:
+            parser.error(f"--nnodes {ns.nnodes} needs --hosts H1,...,H{ns.nnodes}: every node "
+                         f"must know every other node's address to build the same TF_CONFIG")
+        hosts = [ns.master_addr or ns.host]
+    if hosts is not None:
+        if ns.nnodes is not None and ns.nnodes != len(hosts):
+            parser.error(f"--nnodes {ns.nnodes} but --hosts lists {len(hosts)} node(s)")
+        if ns.master_addr is not None and ns.master_addr != hosts[0]:
+            parser.error(f"--master-addr {ns.master_addr} is not the first of --hosts "
+                         f"({hosts[0]}); the chief runs on the first host")
+        if ns.node_rank >= len(hosts):
+            parser.error(f"--node-rank {ns.node_rank} is out of range for {len(hosts)} node(s) "
+                         f"(valid 0..{len(hosts) - 1})")
+    elif ns.node_rank or ns.master_port is not None:
+        parser.error("--node-rank and --master-port need --hosts (or --master-addr)")
+    ns.hosts = hosts
+    if ns.master_port is None:
+        ns.master_port = DEFAULT_MASTER_PORT
 
 
 def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -174,6 +246,7 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
                      help="stop everything and fail after S seconds (default or 0: no limit)")
     run.add_argument("--verbose", action="store_true",
                      help="full tracebacks for distrib's own errors (sets DISTRIB_VERBOSE=1)")
+    _add_multinode_flags(run)
     run.add_argument("-m", "--module", action="store_true",
                      help="TARGET is a module to run as `python -m TARGET`")
     run.add_argument("target", metavar="TARGET", help="script.py, or a module name with -m")
@@ -209,12 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _launch_options(ns: argparse.Namespace) -> LaunchOptions:
+def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> LaunchOptions:
+    _multinode(ns, parser)
     return LaunchOptions(
         target=ns.target, args=list(ns.args), module=ns.module, workers=ns.workers,
         chief=ns.chief, ps=ns.ps, evaluator=ns.evaluator, max_restarts=ns.max_restarts,
         host=ns.host, grace_seconds=ns.grace_seconds,
-        timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose)
+        timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose,
+        hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port)
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
@@ -223,7 +298,7 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
     ns = parser.parse_args(list(argv))
     if ns.command != "launch":
         parser.error(f"expected the launch command, got {ns.command!r}")
-    return _launch_options(ns)
+    return _launch_options(ns, parser.commands["launch"])
 
 
 def _run_launch(opts: LaunchOptions) -> int:
@@ -232,7 +307,8 @@ def _run_launch(opts: LaunchOptions) -> int:
             opts.target, opts.args, workers=opts.workers, chief=opts.chief, ps=opts.ps,
             evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
             host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
-            verbose=opts.verbose)
+            verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
+            master_port=opts.master_port)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:
@@ -268,7 +344,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ns = parser.parse_args(argv)
     if ns.command == "plot":
         return _run_plot(ns)
-    return _run_launch(_launch_options(ns))
+    return _run_launch(_launch_options(ns, parser.commands["launch"]))
 
 
 if __name__ == "__main__":  # pragma: no cover

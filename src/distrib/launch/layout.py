@@ -26,6 +26,8 @@ __all__ = [
     "TaskSpec",
     "ClusterLayout",
     "build_cluster",
+    "build_node_cluster",
+    "node_tasks",
     "tf_config",
     "format_address",
     "available_cpus",
@@ -112,6 +114,42 @@ def build_cluster(layout: ClusterLayout, host: str, ports: Sequence[int]) -> Dic
     for task, port in zip(tasks, ports):
         cluster.setdefault(task.task_type, []).append(format_address(host, port))
     return cluster
+
+
+def build_node_cluster(hosts: Sequence[str], nproc_per_node: int,
+                       master_port: int) -> Dict[str, List[str]]:
+    """The ``cluster`` every node of a multi-node launch computes on its own.
+
+    Node ``i`` (``hosts[i]``) runs workers ``i * nproc_per_node`` ..
+    ``(i + 1) * nproc_per_node - 1``; worker ``g`` listens on
+    ``master_port + g``, so worker 0 (the chief, where everyone meets) is
+    ``hosts[0]:master_port`` and no two tasks share a port even when two
+    entries name the same machine.
+
+    Example:
+        >>> build_node_cluster(["10.0.0.1", "10.0.0.2"], 2, 29500)
+        {'worker': ['10.0.0.1:29500', '10.0.0.1:29501', '10.0.0.2:29502', '10.0.0.2:29503']}
+    """
+    if not hosts:
+        raise ValueError("distrib launch: --hosts is empty; give one address per node")
+    if nproc_per_node < 1:
+        raise ValueError(f"distrib launch: --nproc-per-node must be >= 1, got {nproc_per_node}")
+    last = master_port + len(hosts) * nproc_per_node - 1
+    if not 1 <= master_port or last > 65535:
+        raise ValueError(f"distrib launch: --master-port {master_port} leaves no room for "
+                         f"{len(hosts) * nproc_per_node} ports (the last would be {last} > 65535)")
+    workers = [format_address(host, master_port + i * nproc_per_node + k)
+               for i, host in enumerate(hosts) for k in range(nproc_per_node)]
+    return {"worker": workers}
+
+
+def node_tasks(node_rank: int, nnodes: int, nproc_per_node: int) -> List[TaskSpec]:
+    """The worker tasks node ``node_rank`` of ``nnodes`` starts (see `build_node_cluster`)."""
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"distrib launch: --node-rank {node_rank} is out of range for "
+                         f"{nnodes} node{'s' if nnodes != 1 else ''} (valid 0..{nnodes - 1})")
+    first = node_rank * nproc_per_node
+    return [TaskSpec("worker", first + k) for k in range(nproc_per_node)]
 
 
 def tf_config(cluster: Mapping[str, Sequence[str]], task: TaskSpec) -> str:

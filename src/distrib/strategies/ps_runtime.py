@@ -38,6 +38,7 @@ import torch
 
 from distrib.cluster.address import parse_address
 from distrib.cluster.task import TaskInfo
+from distrib.cluster.hostcheck import resolve_cluster_hosts
 from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.comm.secret import job_secret
@@ -152,6 +153,8 @@ class Runtime:
     # ------------------------------------------------------------ joining
     def start(self) -> None:
         """Meet every task at the chief, serve, and learn the others' ports (bounded by the timeout)."""
+        resolver = self.cluster.resolver  # a bad host name fails now, not after a wait
+        resolve_cluster_hosts(resolver.cluster_spec(), getattr(resolver, "cluster_field", "the cluster"))
         if _JOINED:
             raise RuntimeError("ParameterServerStrategy: this process already joined a parameter-server "
                                "job; create the strategy once per process")

@@ -5,11 +5,16 @@
 * `run_script(path_or_module, num_workers=2, ...)`: run a script as a cluster,
   get its `LaunchResult` with per-task output captured.
 * `free_port(host)`: a free TCP port.
+* `NamespaceHosts(n)` (`distrib.testing.netns`): ``n`` "machines" as network
+  namespaces on a private bridge, for multi-host tests (root only;
+  `namespaces_available()` says why not).
 * `ClusterRunError`: raised by `run_cluster` (any failure) and by either on
   timeout; its message lists every task's exit status and last output lines.
 """
 from distrib.launch.ports import free_port
 from distrib.testing.child import to_jsonable
 from distrib.testing.harness import TAIL_LINES, ClusterRunError, run_cluster, run_script
+from distrib.testing.netns import NamespaceHosts, namespaces_available
 
-__all__ = ["run_cluster", "run_script", "free_port", "ClusterRunError", "to_jsonable", "TAIL_LINES"]
+__all__ = ["run_cluster", "run_script", "free_port", "ClusterRunError", "to_jsonable", "TAIL_LINES",
+           "NamespaceHosts", "namespaces_available"]
