@@ -17,10 +17,9 @@ import os
 import sys
 import threading
 import time
-from datetime import timedelta
 from typing import Callable, Dict, List, Optional
 
-import torch.distributed as dist
+from distrib.comm.auth_store import connect_client
 
 __all__ = ["HealthMonitor"]
 
@@ -40,8 +39,7 @@ class HealthMonitor:
         self.timeout = timeout
         self.interval = interval if interval is not None else max(0.2, min(1.0, timeout / 10))
         self._describe = describe
-        self._store = dist.TCPStore(host, port, world_size, is_master=False,
-                                    timeout=timedelta(seconds=max(1.0, self.interval * 2)))
+        self._store = connect_client(host, port, world_size, max(1.0, self.interval * 2))
         self._last_value: Dict[int, int] = {}
         self._last_change: Dict[int, float] = {}
         self._stop = threading.Event()

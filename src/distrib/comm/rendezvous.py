@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from datetime import timedelta
 from typing import Callable, List
 
 import torch.distributed as dist
 
+from distrib.comm.auth_handshake import AuthenticationError
+from distrib.comm.auth_store import connect_client, host_store
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
 __all__ = ["connect_store", "wait_for_all"]
@@ -29,12 +30,11 @@ _QUIET_SECONDS = 1.0  # ordinary start-up skew; say nothing before this
 
 
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout: float,
-                  describe: Callable[[int], str]) -> dist.TCPStore:
+                  describe: Callable[[int], str]) -> dist.Store:
     """Host the store (rank 0) or connect to it, within ``timeout`` seconds."""
     if rank == 0:
         try:
-            return dist.TCPStore(host, port, world_size, is_master=True,
-                                 timeout=timedelta(seconds=timeout), wait_for_workers=False)
+            return host_store(host, port, world_size, timeout)
         except Exception as exc:  # address in use, unresolvable host
             raise RendezvousTimeoutError(
                 f"{describe(0)} could not listen on {host}:{port}: {first_line(exc)}") from None
@@ -51,8 +51,9 @@ def connect_store(host: str, port: int, rank: int, world_size: int, timeout: flo
         # hundreds of milliseconds, which every worker that starts before its chief would pay.
         if _accepts(host, port):
             try:
-                return dist.TCPStore(host, port, world_size, is_master=False,
-                                     timeout=timedelta(seconds=min(2.0, remaining)))
+                return connect_client(host, port, world_size, min(2.0, remaining))
+            except AuthenticationError as exc:
+                raise RendezvousTimeoutError(f"{describe(rank)}: {exc}") from None
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):

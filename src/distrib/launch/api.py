@@ -22,6 +22,7 @@ import signal
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
+from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, task_environment
@@ -109,7 +110,9 @@ def launch(
             with `RESTART_EXIT_CODE` do not count (at most
             `MAX_PREEMPTION_RESTARTS` of them).
         env: variables to add to the launcher's environment for the tasks
-            (a value of ``None`` removes the variable).
+            (a value of ``None`` removes the variable). Unless it names a job
+            secret already (``DISTRIB_JOB_SECRET`` or ``DISTRIB_JOB_SECRET_FILE``),
+            the tasks get a fresh random ``DISTRIB_JOB_SECRET`` for this launch.
         cwd: the tasks' working directory (default: the current one).
         timeout: hard limit in seconds on the whole launch, restarts
             included (stopping the tasks may add up to ``grace_seconds``).
@@ -145,6 +148,8 @@ def launch(
             base_env.pop(key, None)
         else:
             base_env[key] = str(value)
+    if not base_env.get(SECRET_ENV) and not base_env.get(SECRET_FILE_ENV):
+        base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
     command = python_command(target, [str(a) for a in args], module=module, python=python)
     deadline = None if timeout is None else time.monotonic() + timeout
     result = LaunchResult(returncode=EXIT_TASK_FAILED)
