@@ -180,3 +180,62 @@ def test_distrib_launch_gives_each_job_its_own_secret(tmp_path, write_script):
         digests.append(seen.pop())
     empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert empty not in digests and digests[0] != digests[1]
+
+
+def train_after_data_plane_garbage(signal_dir):
+    """Both workers publish their pid once gloo is up, wait for the garbage, then train."""
+    import distrib
+
+    signal_dir = Path(signal_dir)
+    strategy = distrib.MultiWorkerMirroredStrategy()
+    rank = strategy.replica_id
+    total = strategy.reduce(distrib.ReduceOp.SUM, torch.tensor(1.0), axis=None)  # gloo pairs connected
+    (signal_dir / f"pid{rank}").write_text(str(os.getpid()))
+    _wait_for(signal_dir / "attacked")
+    for _ in range(3):
+        total = total + strategy.reduce(distrib.ReduceOp.SUM, torch.tensor(float(rank + 1)), axis=None)
+    return float(total)
+
+
+def _listening_ports(pid: int) -> set:
+    import psutil
+
+    return {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN}
+
+
+def test_garbage_on_the_data_plane_ports_never_hangs_silently(tmp_path):
+    from distrib.testing import ClusterRunError
+
+    sent = []
+
+    def stranger():
+        try:
+            for rank in (0, 1):
+                _wait_for(tmp_path / f"pid{rank}")
+            for rank in (0, 1):
+                for port in _listening_ports(int((tmp_path / f"pid{rank}").read_text())):
+                    for payload in (os.urandom(4096), b""):
+                        try:
+                            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                                sock.sendall(payload)
+                            sent.append(port)
+                        except OSError:
+                            pass
+        finally:
+            (tmp_path / "attacked").write_text("1")
+
+    thread = threading.Thread(target=stranger, daemon=True)
+    thread.start()
+    try:
+        results = run_cluster(train_after_data_plane_garbage, num_workers=2, args=(str(tmp_path),),
+                              env={"DISTRIB_JOB_SECRET": SECRET}, timeout=150)
+    except ClusterRunError as exc:
+        # Failing is allowed, but with a line naming the task, before the hard timeout.
+        assert "timed out" not in str(exc).splitlines()[0], str(exc)
+        assert "worker" in str(exc), str(exc)
+        print(exc)
+    else:
+        assert results == [2.0 + 9.0, 2.0 + 9.0]
+    thread.join(timeout=30)
+    assert sent, "no data-plane port was found to attack"
