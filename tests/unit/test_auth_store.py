@@ -119,3 +119,30 @@ def test_strangers_get_no_key_and_write_none(server, caplog):
     refusals = [r for r in caplog.records if "refused a connection" in r.getMessage()]
     assert len(refusals) == 1 and "127.0.0.1" in refusals[0].getMessage()
     assert SECRET.decode() not in caplog.text
+
+
+def test_without_a_secret_torch_tcpstore_is_used_and_non_loopback_warns_once(monkeypatch, caplog):
+    from distrib.comm import auth_store
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    monkeypatch.setattr(auth_store, "_warned_open", False)
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
+    store = auth_store.host_store("127.0.0.1", 0, 1, 5.0)
+    assert isinstance(store, dist.TCPStore)
+    assert "no job secret" not in caplog.text  # loopback only: nothing to warn about
+    auth_store._warn_without_secret("10.1.2.3")
+    auth_store._warn_without_secret("10.1.2.4")
+    assert caplog.text.count("no job secret configured") == 1
+
+
+def test_with_a_secret_the_chief_hosts_the_authenticated_store(monkeypatch):
+    from distrib.comm import auth_store
+
+    monkeypatch.setenv("DISTRIB_JOB_SECRET", SECRET.decode())
+    chief = auth_store.host_store("127.0.0.1", 0, 2, 5.0)
+    assert isinstance(chief, AuthStore)
+    other = auth_store.connect_client("127.0.0.1", chief._server.port, 2, 5.0)
+    other.set("k", "v")
+    assert chief.get("k") == b"v"
+    chief.close()

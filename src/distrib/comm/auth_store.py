@@ -46,6 +46,7 @@ __all__ = ["AuthStore", "AuthStoreServer", "StoreTimeoutError", "host_store", "c
 log = logging.getLogger("distrib.comm")
 _HANDSHAKE_SECONDS = 10.0  # a connection that has not proven itself by then is dropped
 _MAX_KEY_BYTES = 4096
+_REPLY_SLACK_SECONDS = 30.0  # beyond the store timeout, before a silent chief counts as lost
 Value = Union[str, bytes]
 
 
@@ -238,18 +239,20 @@ class AuthStore(dist.Store):
         except BaseException:
             self._sock.close()
             raise
-        self._sock.settimeout(None)
 
     def _timeout_ms(self, timeout: Optional[timedelta] = None) -> int:
         chosen = timeout if timeout is not None else self.timeout
         return max(0, int(chosen.total_seconds() * 1000))
 
-    def _call(self, *fields: bytes) -> List[bytes]:
+    def _call(self, *fields: bytes, wait_ms: int = 0) -> List[bytes]:
         with self._lock:
             try:
+                # A chief that stopped answering must not block this task forever.
+                self._sock.settimeout(max(wait_ms / 1000.0, self.timeout.total_seconds()) + _REPLY_SLACK_SECONDS)
                 send_frame(self._sock, encode_fields(fields))
                 reply = decode_fields(recv_frame(self._sock))
             except OSError as exc:
+                self._sock.close()  # a half-read reply would desynchronise every later call
                 raise DistribCommError(f"lost the connection to the job's store at {self._where}: "
                                        f"{exc}") from None
         status = reply[0] if reply else b"error"
@@ -265,7 +268,8 @@ class AuthStore(dist.Store):
         self._call(b"set", _b(key), _b(value))
 
     def get(self, key: str) -> bytes:
-        return self._call(b"get", _b(key), str(self._timeout_ms()).encode())[0]
+        ms = self._timeout_ms()
+        return self._call(b"get", _b(key), str(ms).encode(), wait_ms=ms)[0]
 
     def add(self, key: str, value: int) -> int:
         return int(self._call(b"add", _b(key), str(int(value)).encode())[0])
@@ -277,7 +281,8 @@ class AuthStore(dist.Store):
         self._call(b"append", _b(key), _b(value))
 
     def wait(self, keys: List[str], timeout: Optional[timedelta] = None) -> None:
-        self._call(b"wait", str(self._timeout_ms(timeout)).encode(), *[_b(k) for k in keys])
+        ms = self._timeout_ms(timeout)
+        self._call(b"wait", str(ms).encode(), *[_b(k) for k in keys], wait_ms=ms)
 
     def check(self, keys: List[str]) -> bool:
         return self._call(b"check", *[_b(k) for k in keys])[0] == b"1"
@@ -289,7 +294,8 @@ class AuthStore(dist.Store):
         return int(self._call(b"num_keys")[0])
 
     def multi_get(self, keys: List[str]) -> List[bytes]:
-        return self._call(b"multi_get", str(self._timeout_ms()).encode(), *[_b(k) for k in keys])
+        ms = self._timeout_ms()
+        return self._call(b"multi_get", str(ms).encode(), *[_b(k) for k in keys], wait_ms=ms)
 
     def multi_set(self, keys: List[str], values: List[Value]) -> None:
         self._call(b"multi_set", *[_b(k) for k in keys], *[_b(v) for v in values])
