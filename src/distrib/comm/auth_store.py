@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Sequence, Set, Union
+from typing import Dict, List, Optional, Sequence, Set, Union
 
 import torch.distributed as dist
 
