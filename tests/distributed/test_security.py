@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distrib.comm.auth_handshake import MAGIC
+from distrib.comm.auth_handshake import MAGIC, client_handshake
 from distrib.testing import run_cluster, run_script
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
@@ -98,6 +98,23 @@ def _attack(host: str, port: int) -> dict:
         sock.recv(64, socket.MSG_WAITALL)
         sock.sendall(os.urandom(32))  # a wrong HMAC
         outcome["wrong_hmac"] = "refused" if _refused(sock) else "answered"
+    # record a real task's handshake (we hold the secret here) and replay it on a new connection
+    recorded = []
+    with socket.create_connection((host, port)) as sock:
+        class Recorder:
+            def sendall(self, data):
+                recorded.append(bytes(data))
+                sock.sendall(data)
+
+            def recv(self, *args):
+                return sock.recv(*args)
+        client_handshake(Recorder(), SECRET.encode(), "test")
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(recorded[0])
+        sock.settimeout(30)
+        sock.recv(64, socket.MSG_WAITALL)
+        sock.sendall(recorded[1])
+        outcome["replay"] = "refused" if _refused(sock) else "answered"
     return outcome
 
 
@@ -117,7 +134,8 @@ def test_strangers_get_nothing_and_the_job_trains_right(tmp_path):
     results = run_cluster(train_while_attacked, num_workers=2, args=(str(tmp_path),),
                           env={"DISTRIB_JOB_SECRET": SECRET}, timeout=180)
     thread.join(timeout=60)
-    assert outcome == {"tcpstore": "refused", "random": "refused", "wrong_hmac": "refused"}
+    assert outcome == {"tcpstore": "refused", "random": "refused", "wrong_hmac": "refused",
+                       "replay": "refused"}
     assert results[0] == results[1]
     for got, want in zip(results[0], _reference()):
         torch.testing.assert_close(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
