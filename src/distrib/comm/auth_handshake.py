@@ -34,7 +34,7 @@ from typing import List, Sequence
 
 from distrib.comm.errors import DistribCommError
 
-__all__ = ["AuthenticationError", "ProtocolError", "MAGIC", "MAX_FRAME_BYTES",
+__all__ = ["AuthenticationError", "ProtocolError", "HandshakeAbandoned", "MAGIC", "MAX_FRAME_BYTES",
            "client_handshake", "server_handshake", "send_frame", "recv_frame",
            "encode_fields", "decode_fields"]
 
@@ -54,6 +54,10 @@ class AuthenticationError(DistribCommError):
 
 class ProtocolError(DistribCommError, ConnectionError):
     """A peer sent bytes that are not distrib's store protocol (or closed early)."""
+
+
+class HandshakeAbandoned(ProtocolError):
+    """A peer greeted correctly, then closed before proving anything (a task that timed out)."""
 
 
 def _mac(secret: bytes, label: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
@@ -108,7 +112,10 @@ def server_handshake(sock: socket.socket, secret: bytes) -> None:
     client_nonce = hello[len(MAGIC):]
     server_nonce = os.urandom(NONCE_BYTES)
     sock.sendall(server_nonce + _mac(secret, b"distrib-server", client_nonce, server_nonce))
-    proof = recv_exact(sock, MAC_BYTES)
+    try:
+        proof = recv_exact(sock, MAC_BYTES)
+    except ProtocolError:
+        raise HandshakeAbandoned("the peer left after its greeting (a task that gave up waiting?)") from None
     if not hmac.compare_digest(proof, _mac(secret, b"distrib-client", client_nonce, server_nonce)):
         raise AuthenticationError("wrong proof of the job secret")
     sock.sendall(ACCEPTED)

@@ -35,9 +35,9 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 
 import torch.distributed as dist
 
-from distrib.comm.auth_handshake import (AuthenticationError, ProtocolError, client_handshake,
-                                         decode_fields, encode_fields, recv_frame, send_frame,
-                                         server_handshake)
+from distrib.comm.auth_handshake import (AuthenticationError, HandshakeAbandoned, ProtocolError,
+                                         client_handshake, decode_fields, encode_fields, recv_frame,
+                                         send_frame, server_handshake)
 from distrib.comm.errors import DistribCommError
 from distrib.comm.secret import job_secret
 
@@ -97,6 +97,8 @@ class AuthStoreServer:
                 if not conn.recv(1, socket.MSG_PEEK):
                     return  # connect-and-close: a task probing whether the chief listens yet
                 server_handshake(conn, self._secret)
+            except HandshakeAbandoned:
+                return  # nothing was proven and nothing read: not worth a warning
             except (AuthenticationError, ProtocolError, OSError) as exc:
                 self._report_stranger(address, exc)
                 return
