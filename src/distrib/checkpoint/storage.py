@@ -52,6 +52,7 @@ from typing import Any, Dict, Optional
 
 from distrib.checkpoint.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
                                    sha256, url_to_fs, write_local)
+from distrib.checkpoint.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
 from distrib.checkpoint.worker_paths import remove_write_path, worker_write_path, write_path_for
 
 __all__ = [
@@ -232,51 +233,68 @@ class AtomicDirectory:
 def read_manifest(path: str) -> Dict[str, Any]:
     """The verified manifest of a committed checkpoint (marker present and matching).
 
+    The manifest is untrusted input: see `distrib.checkpoint.manifest`.
+
     Raises:
         CheckpointNotFoundError: nothing is at ``path``.
-        CorruptCheckpointError: marker missing, or manifest damaged.
+        CorruptCheckpointError: marker missing, manifest damaged or malformed,
+            or the checkpoint is a link that leaves its directory.
     """
-    fs, p = url_to_fs(path)
+    _refuse_escaping_link(path)
     try:
-        marker = fs.cat_file(os.path.join(p, MARKER_NAME)).decode(errors="replace").strip()
+        marker = read_bounded(path, MARKER_NAME, 128).decode(errors="replace").strip()
     except FileNotFoundError:
+        fs, p = url_to_fs(path)
         if not fs.exists(p):
             raise CheckpointNotFoundError(
                 f"{path}: not found; check the path (on several machines, every task must see "
                 f"the filesystem the chief saved to)") from None
         raise CorruptCheckpointError(f"{path}: incomplete checkpoint (no {MARKER_NAME} marker)") from None
     try:
-        mbytes = fs.cat_file(os.path.join(p, MANIFEST_NAME))
+        mbytes = read_bounded(path, MANIFEST_NAME, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise CorruptCheckpointError(f"{path}: damaged checkpoint ({MANIFEST_NAME} missing)") from None
+    if len(mbytes) > MAX_MANIFEST_BYTES:
+        raise CorruptCheckpointError(f"{path}: {MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")
     if sha256(mbytes) != marker:
         raise CorruptCheckpointError(
             f"{path}: damaged checkpoint ({MANIFEST_NAME} does not match its {MARKER_NAME} checksum)")
-    manifest = json.loads(mbytes)
-    if manifest.get("format") != _FORMAT:
-        raise CorruptCheckpointError(f"{path}: not a distrib checkpoint (manifest format {manifest.get('format')!r})")
-    return manifest
+    return parse_manifest(path, mbytes, _FORMAT)
+
+
+def _refuse_escaping_link(path: str) -> None:
+    fs, p = url_to_fs(path)
+    p = p.rstrip("/")
+    if is_local(fs) and os.path.islink(p):
+        parent = os.path.realpath(os.path.dirname(p))
+        real = os.path.realpath(p)
+        if os.path.dirname(real) != parent:
+            raise CorruptCheckpointError(
+                f"{path}: the checkpoint is a link that leaves its directory (to {real}); refusing it")
 
 
 def read_verified(path: str, name: str, manifest: Optional[Dict[str, Any]] = None) -> bytes:
     """The bytes of file ``name`` in checkpoint ``path``, checked against the manifest.
 
+    Never reads more than the manifest's size for the file (plus one byte).
+
     Raises:
         CorruptCheckpointError: the checkpoint is incomplete, or the file is
-            missing, truncated or altered.
+            missing, truncated, altered, or not a regular file inside the checkpoint.
     """
     manifest = manifest if manifest is not None else read_manifest(path)
     entry = manifest["files"].get(name)
     if entry is None:
         raise CorruptCheckpointError(f"{path}: checkpoint has no file {name!r}")
-    fs, p = url_to_fs(path)
+    check_file_name(path, name)
     try:
-        data = fs.cat_file(os.path.join(p, name))
+        data = read_bounded(path, name, entry["size"])
     except FileNotFoundError:
         raise CorruptCheckpointError(f"{join(path, name)}: file listed in the manifest is missing") from None
     if len(data) != entry["size"]:
         raise CorruptCheckpointError(
-            f"{join(path, name)}: truncated or extended ({len(data)} bytes, manifest says {entry['size']})")
+            f"{join(path, name)}: truncated or extended ({len(data)}{'+' if len(data) > entry['size'] else ''} "
+            f"bytes, manifest says {entry['size']})")
     if sha256(data) != entry["sha256"]:
         raise CorruptCheckpointError(f"{join(path, name)}: contents do not match the manifest's sha256 (corrupted)")
     return data

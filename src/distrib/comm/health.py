@@ -22,7 +22,9 @@ from typing import Callable, Dict, List, Optional
 
 import torch.distributed as dist
 
+from distrib.comm.auth_handshake import AuthenticationError
 from distrib.comm.errors import RendezvousTimeoutError, first_line
+from distrib.comm.rendezvous import store_client
 
 __all__ = ["HealthMonitor"]
 
@@ -145,10 +147,11 @@ def _connect_with_backoff(host: str, port: int, world_size: int, timeout: float,
     while True:
         remaining = deadline - time.monotonic()
         try:
-            store = dist.TCPStore(host, port, world_size, is_master=False,
-                                  timeout=timedelta(seconds=max(0.1, min(remaining, 10.0))))
+            store = store_client(host, port, world_size, max(0.1, min(remaining, 10.0)))
             store.set_timeout(op_timeout)  # beats must notice a dead chief quickly
             return store
+        except AuthenticationError as exc:  # a wrong secret does not get better with retries
+            raise RendezvousTimeoutError(f"{me}: {exc}") from None
         except Exception as exc:  # DistNetworkError, DistStoreError: refused, reset, timed out
             if time.monotonic() + delay >= deadline:
                 raise RendezvousTimeoutError(

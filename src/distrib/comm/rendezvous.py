@@ -27,15 +27,16 @@ import logging
 import os
 import socket
 import time
-from datetime import timedelta
 from typing import Callable, List
 
 import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace
+from distrib.comm.auth_handshake import AuthenticationError
+from distrib.comm.auth_store import connect_client, host_store
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
-__all__ = ["connect_store", "wait_for_all"]
+__all__ = ["connect_store", "store_client", "wait_for_all"]
 
 log = logging.getLogger("distrib.comm")
 _POLL_SECONDS = 0.05
@@ -49,13 +50,23 @@ def _agent_hosts_store(port: int) -> bool:
         env.get("MASTER_PORT") == str(port)
 
 
+def store_client(host: str, port: int, world_size: int, timeout: float) -> dist.Store:
+    """One connection attempt to the job's store: authenticated when a job secret is set.
+
+    torchrun's agent store is torch's own `TCPStore`, which knows no
+    authentication: there the connection is a plain store client.
+    """
+    if _agent_hosts_store(port):
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timedelta(seconds=timeout))
+    return connect_client(host, port, world_size, timeout)
+
+
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout: float,
                   describe: Callable[[int], str]) -> dist.Store:
     """Host the store (rank 0) or connect to it, within ``timeout`` seconds."""
     if rank == 0 and not _agent_hosts_store(port):
         try:
-            return dist.TCPStore(host, port, world_size, is_master=True,
-                                 timeout=timedelta(seconds=timeout), wait_for_workers=False)
+            return host_store(host, port, world_size, timeout)
         except Exception as exc:  # address in use, unresolvable host
             raise RendezvousTimeoutError(
                 f"{describe(0)} could not listen on {host}:{port}: {first_line(exc)}") from None
@@ -77,11 +88,12 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
         # hundreds of milliseconds, which every worker that starts before its chief would pay.
         if _accepts(host, port):
             try:
-                store = dist.TCPStore(host, port, world_size, is_master=False,
-                                      timeout=timedelta(seconds=min(2.0, remaining)))
+                store = store_client(host, port, world_size, min(2.0, remaining))
                 if not _joined_before(store, rank):
                     return store
                 del store  # a previous attempt's chief (multi-node restart): wait for the new one
+            except AuthenticationError as exc:
+                raise RendezvousTimeoutError(f"{describe(rank)}: {exc}") from None
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):

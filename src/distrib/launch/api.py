@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
+from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.hooks import short_cause
 from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
@@ -115,7 +117,9 @@ def launch(
             with `RESTART_EXIT_CODE` do not count (at most
             `MAX_PREEMPTION_RESTARTS` of them).
         env: variables to add to the launcher's environment for the tasks
-            (a value of ``None`` removes the variable).
+            (a value of ``None`` removes the variable). Unless it names a job
+            secret already (``DISTRIB_JOB_SECRET`` or ``DISTRIB_JOB_SECRET_FILE``),
+            the tasks get a fresh random ``DISTRIB_JOB_SECRET`` for this launch.
         cwd: the tasks' working directory (default: the current one).
         timeout: hard limit in seconds on the whole launch, restarts
             included (stopping the tasks may add up to ``grace_seconds``).
@@ -173,6 +177,13 @@ def launch(
             base_env.pop(key, None)
         else:
             base_env[key] = str(value)
+    if not base_env.get(SECRET_ENV) and not base_env.get(SECRET_FILE_ENV):
+        if fixed_cluster is None:
+            base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
+        else:  # the launchers of the other nodes cannot know a secret made here
+            print("distrib launch: no job secret for this multi-node job, so its store is not "
+                  f"authenticated; export the same {SECRET_ENV} (or {SECRET_FILE_ENV}) on every node",
+                  file=sys.stderr)
     command = python_command(target, [str(a) for a in args], module=module, python=python)
     deadline = None if timeout is None else time.monotonic() + timeout
     result = LaunchResult(returncode=EXIT_TASK_FAILED)

@@ -1,0 +1,117 @@
+"""A checkpoint's ``MANIFEST.json`` is untrusted input: parse it strictly, read within bounds.
+
+Whoever can write to the checkpoint directory can forge a manifest (and its
+``COMPLETE`` checksum with it). `parse_manifest` accepts only the shape
+distrib writes, and `read_bounded` never reads more than the manifest
+promises, so a forged manifest cannot make distrib open a file outside the
+checkpoint, read ``/dev/zero`` until memory runs out, or fail with a bare
+``KeyError``/``TypeError``/``RecursionError``: every problem is a
+`CorruptCheckpointError` naming the checkpoint, and `latest_checkpoint`
+moves on to the next older one.
+
+Example:
+    >>> check_file_name("/ckpts/ckpt-3", "../../outside/file")
+    Traceback (most recent call last):
+    ...
+    distrib.checkpoint.storage.CorruptCheckpointError: /ckpts/ckpt-3: MANIFEST.json names '../../outside/file', which is not a plain file name inside the checkpoint
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from typing import Any, Dict
+
+from distrib.checkpoint.fs import is_local, url_to_fs
+
+__all__ = ["MAX_MANIFEST_BYTES", "MAX_FILE_BYTES", "parse_manifest", "check_file_name", "read_bounded"]
+
+#: Largest manifest distrib reads (a real one is a few hundred bytes per file).
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+#: Largest single checkpoint file a manifest may declare.
+MAX_FILE_BYTES = 1 << 40
+_MAX_FILES = 100_000
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_RESERVED = ("MANIFEST.json", "COMPLETE")
+
+
+def _corrupt(path: str, why: str) -> Exception:
+    from distrib.checkpoint.storage import CorruptCheckpointError  # storage imports this module
+
+    return CorruptCheckpointError(f"{path}: {why}")
+
+
+def check_file_name(path: str, name: Any) -> str:
+    """``name`` if it is a plain file name inside the checkpoint, else `CorruptCheckpointError`."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or name.startswith(".")
+            or "/" in name or "\\" in name or "\x00" in name or name in _RESERVED
+            or os.path.isabs(name) or len(name) > 255):
+        raise _corrupt(path, f"MANIFEST.json names {name!r}, which is not a plain file name inside "
+                             f"the checkpoint")
+    return name
+
+
+def parse_manifest(path: str, data: bytes, expected_format: str) -> Dict[str, Any]:
+    """The manifest in ``data``, checked to have exactly the shape distrib writes.
+
+    Raises:
+        CorruptCheckpointError: not JSON, nested too deeply, wrong types, a
+            file name that leaves the checkpoint, a bad size or checksum field.
+    """
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise _corrupt(path, f"MANIFEST.json is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(manifest, dict):
+        raise _corrupt(path, f"MANIFEST.json holds a {type(manifest).__name__}, not an object")
+    if manifest.get("format") != expected_format:
+        fmt = manifest.get("format")
+        raise _corrupt(path, f"not a distrib checkpoint (manifest format "
+                             f"{fmt if isinstance(fmt, (str, int, float, type(None))) else '?'!r})")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or len(files) > _MAX_FILES:
+        raise _corrupt(path, "MANIFEST.json has no valid 'files' object")
+    for name, entry in files.items():
+        check_file_name(path, name)
+        if not isinstance(entry, dict):
+            raise _corrupt(path, f"MANIFEST.json entry for {name!r} is not an object")
+        size, digest = entry.get("size"), entry.get("sha256")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
+            raise _corrupt(path, f"MANIFEST.json gives {name!r} an invalid size {size!r:.40}")
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            raise _corrupt(path, f"MANIFEST.json gives {name!r} an invalid sha256")
+    created = manifest.get("created", 0.0)
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        raise _corrupt(path, "MANIFEST.json has an invalid 'created' time")
+    if not isinstance(manifest.get("info", {}), dict):
+        raise _corrupt(path, "MANIFEST.json has an invalid 'info' (not an object)")
+    return manifest
+
+
+def read_bounded(path: str, name: str, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of file ``name`` in checkpoint ``path`` (so overlong shows).
+
+    On a local filesystem the file must be a regular file whose real path lies
+    inside the checkpoint's real path: a symlink to ``/etc/hostname`` or
+    ``/dev/zero`` is refused.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        CorruptCheckpointError: the file is not a regular file inside the checkpoint.
+    """
+    fs, root = url_to_fs(path)
+    target = os.path.join(root.rstrip("/"), name)
+    if is_local(fs):
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(target)
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise _corrupt(path, f"{name} is a link that leaves the checkpoint (to {real})")
+        try:
+            mode = os.stat(real).st_mode
+        except FileNotFoundError:
+            raise
+        if not stat.S_ISREG(mode):
+            raise _corrupt(path, f"{name} is not a regular file")
+    with fs.open(target, "rb") as handle:
+        return handle.read(limit + 1)
