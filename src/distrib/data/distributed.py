@@ -43,6 +43,7 @@ Example:
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -119,13 +120,18 @@ def _as_local(obj: Any) -> Dataset:
     return LoaderIterableDataset(obj) if isinstance(obj, DataLoader) else as_dataset(obj)
 
 
+_RNG_LOCK = threading.Lock()
+
+
 def _agreed_seed(strategy: Any) -> Optional[int]:
     """One seed for unseeded random ops, broadcast from replica 0 (None on a single replica)."""
     if strategy.num_replicas_in_sync <= 1:
         return None
     # Drawn without advancing the global generator: distributing (which fit does after
     # BackupAndRestore restored the RNG) must not shift the draws of dropout and the like.
-    with torch.random.fork_rng(devices=[]):
+    # One thread at a time: torch's get_rng_state can deadlock with a second caller when
+    # a garbage collection runs inside it (seen with replicas on threads).
+    with _RNG_LOCK, torch.random.fork_rng(devices=[]):
         mine = default_seed()
     return int(strategy.collective.broadcast_json(mine, 0))
 
