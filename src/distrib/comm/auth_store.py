@@ -68,7 +68,8 @@ class AuthStoreServer:
         self._cond = threading.Condition()
         self._reported: Set[str] = set()
         self._closed = False
-        self._listener = socket.create_server((host, port), reuse_port=False, backlog=128)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv6 literals too
+        self._listener = socket.create_server((host, port), family=family, reuse_port=False, backlog=128)
         self.port: int = self._listener.getsockname()[1]
         threading.Thread(target=self._accept_loop, name="distrib-store", daemon=True).start()
 
