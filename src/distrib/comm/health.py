@@ -49,6 +49,7 @@ class HealthMonitor:
         self._describe = describe
         store = _connect_with_backoff(host, port, world_size, timeout, describe(rank),
                                       timedelta(seconds=max(1.0, self.interval * 2)))
+        self._raw_store = store  # a Python Store (AuthStore) must outlive the PrefixStore around it
         self._store = dist.PrefixStore(namespace, store) if namespace else store
         self._last_value: Dict[int, int] = {}
         self._last_change: Dict[int, float] = {}

@@ -85,6 +85,7 @@ class TorchCollective(Collective):
             raise DistribCommError(
                 f"{describe(rank)} could not set up {backend} among {world} tasks: {first_line(exc)}") from None
         collective = cls(rank, world, group, control, monitor, describe, timeout, store)
+        collective._raw_store = raw_store  # a Python Store (AuthStore) must outlive the PrefixStore around it
         atexit.register(collective.shutdown)
         return collective
 

@@ -169,6 +169,7 @@ class Runtime:
             _warn_unauthenticated()
         store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
         store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout
+        self._raw_store = store  # a Python Store (AuthStore) must outlive the PrefixStore around it
         self._store = attempt_store(store)
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
         my_host = self._host_of(c.task)
