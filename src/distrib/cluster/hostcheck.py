@@ -65,6 +65,8 @@ def resolve_cluster_hosts(spec: ClusterSpec, field: str) -> Dict[str, List[str]]
     resolved: Dict[str, List[str]] = {}
     for task in spec.tasks():
         address = spec.task_address(task.task_type, task.task_id)
+        if address is None:  # torchrun and SLURM name only the rendezvous host
+            continue
         host, _ = parse_address(address, f"{field} {task}")
         if host in resolved:
             continue
@@ -197,6 +199,8 @@ def check_task_addresses(resolver: _Resolver) -> Optional[str]:
     if task_type is None or task_id is None or not spec.has_task(task_type, task_id):
         return None
     address = spec.task_address(task_type, task_id)
+    if address is None:
+        return None
     name = TaskInfo(task_type, task_id)
     host, _ = parse_address(address, f"{resolver.cluster_field} {name}")
     try:

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import time
+from datetime import timedelta
 from typing import Callable, List
 
 import torch.distributed as dist
