@@ -136,7 +136,7 @@ class HealthMonitor:
 
 
 def _connect_with_backoff(host: str, port: int, world_size: int, timeout: float, me: str,
-                          op_timeout: timedelta) -> dist.TCPStore:
+                          op_timeout: timedelta) -> dist.Store:
     """A client of the chief's store; retried with backoff for up to ``timeout`` seconds.
 
     On a busy machine a connection attempt can fail although the chief is up

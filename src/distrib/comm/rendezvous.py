@@ -75,7 +75,7 @@ def connect_store(host: str, port: int, rank: int, world_size: int, timeout: flo
 
 
 def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: float,
-                    describe: Callable[[int], str]) -> dist.TCPStore:
+                    describe: Callable[[int], str]) -> dist.Store:
     start = time.monotonic()
     deadline = start + timeout
     announced = False

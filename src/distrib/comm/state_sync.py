@@ -9,8 +9,8 @@ variables per replica and reads them averaged (aggregation MEAN); distrib
 averages them in place once per step, so every replica holds the mean.
 
 Only tensors that may have changed are sent: each step the replicas agree,
-with one small MAX all-reduce of a flag per tensor, which tensors any replica
-modified, then sum those in one message per dtype and divide by the number
+with one small MAX all-reduce of a flag per tensor (skipped when every watched
+tensor is a buffer), which tensors any replica modified, then sum those in one message per dtype and divide by the number
 of replicas. Buffers always count as modified (torch's BatchNorm kernels
 update running statistics without bumping the in-place version counter);
 frozen parameters count when their version counter moved, so a frozen
@@ -72,9 +72,12 @@ class StateAverager:
         candidates = self._candidates()
         if not candidates:
             return 0
-        flags = torch.tensor([float(self._changed(t)) for t in candidates], device=self._comm_device)
-        flags = self._collective.all_reduce(flags, ReduceOp.MAX)
-        changed = [t for t, f in zip(candidates, flags.tolist()) if f > 0]
+        if any(isinstance(t, torch.nn.Parameter) for t in candidates):
+            flags = torch.tensor([float(self._changed(t)) for t in candidates], device=self._comm_device)
+            flags = self._collective.all_reduce(flags, ReduceOp.MAX)
+            changed = [t for t, f in zip(candidates, flags.tolist()) if f > 0]
+        else:  # buffers always count as changed: every replica knows the answer, nothing to agree on
+            changed = candidates
         by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
         for t in changed:
             by_dtype.setdefault(t.dtype, []).append(t)
