@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from distrib.testing.files import load_npy
 from distrib.data import AutoShardPolicy, Dataset, Options, OutOfRangeError, TensorSpec
 from distrib.data.simulated import run_workers
 
@@ -126,7 +127,7 @@ def test_file_policy_uneven_files_end_together(tmp_path):
 
     def body(strategy):
         dist = strategy.experimental_distribute_dataset(
-            Dataset.from_files(paths, np.load).batch(4).with_options(options))
+            Dataset.from_files(paths, load_npy).batch(4).with_options(options))
         return [b.tolist() for b in dist]
     a, b = run_workers(body, 2)
     assert len(a) == len(b)

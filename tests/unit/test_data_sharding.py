@@ -4,6 +4,7 @@ import logging
 import numpy as np
 import pytest
 
+from distrib.testing.files import load_npy
 from distrib.data import AutoShardPolicy, Dataset, Options
 from distrib.data.simulated import run_workers
 
@@ -56,7 +57,7 @@ def test_data_policy_partitions_every_epoch_with_shuffling(workers):
 def test_file_policy_partitions_every_epoch_with_shuffling(tmp_path, workers):
     paths, total = _files(tmp_path, [11, 3, 17, 0, 9, 14])
     make = lambda: _with_policy(  # noqa: E731
-        Dataset.from_files(paths, np.load).shuffle(20).batch(6), AutoShardPolicy.FILE)
+        Dataset.from_files(paths, load_npy).shuffle(20).batch(6), AutoShardPolicy.FILE)
     shares = _epochs(make, workers)
     _check_partition(shares, total)
     for w in range(workers):  # worker w read exactly files w, w+n, ...
@@ -91,7 +92,7 @@ def test_auto_picks_file_for_files_and_data_otherwise(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="distrib.data")
 
     def body(strategy):
-        files = strategy.experimental_distribute_dataset(Dataset.from_files(paths, np.load).batch(4))
+        files = strategy.experimental_distribute_dataset(Dataset.from_files(paths, load_npy).batch(4))
         tensors = strategy.experimental_distribute_dataset(Dataset.range(18).batch(4))
         return [[int(v) for b in files for v in b], [int(v) for b in tensors for v in b]]
 
@@ -108,14 +109,14 @@ def test_auto_picks_file_for_files_and_data_otherwise(tmp_path, caplog):
 def test_auto_falls_back_to_data_with_fewer_files_than_workers(tmp_path, caplog):
     paths, total = _files(tmp_path, [10, 10])
     caplog.set_level(logging.DEBUG, logger="distrib.data")
-    shares = _epochs(lambda: Dataset.from_files(paths, np.load).batch(6), 3, passes=1)
+    shares = _epochs(lambda: Dataset.from_files(paths, load_npy).batch(6), 3, passes=1)
     _check_partition(shares, total)
     assert any("fewer than 3 workers" in r.getMessage() for r in caplog.records)
 
 
 def test_file_policy_with_too_few_files_names_both_numbers(tmp_path):
     paths, _ = _files(tmp_path, [4, 4])
-    ds = _with_policy(Dataset.from_files(paths, np.load).batch(2), AutoShardPolicy.FILE)
+    ds = _with_policy(Dataset.from_files(paths, load_npy).batch(2), AutoShardPolicy.FILE)
     with pytest.raises(ValueError, match="2 files for 3 workers"):
         run_workers(lambda s: s.experimental_distribute_dataset(ds), 3)
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from distrib.testing.files import load_npy
 from distrib.data import Dataset
 
 
@@ -47,7 +48,7 @@ def test_buffer_over_several_tables_from_files(tmp_path):
         path = tmp_path / f"part{k}.npy"
         np.save(path, np.arange(k * 10, k * 10 + 10))
         paths.append(str(path))
-    out = values(Dataset.from_files(paths, np.load).shuffle(6, seed=1))
+    out = values(Dataset.from_files(paths, load_npy).shuffle(6, seed=1))
     assert sorted(out) == list(range(30)) and all(v < t + 6 for t, v in enumerate(out))
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from distrib.testing.files import load_npy
 from distrib.data import Dataset
 
 
@@ -32,7 +33,7 @@ def _pipelines(tmp_path):
         "map filter": lambda: Dataset.range(60).map(lambda v: v * 3).filter(lambda v: v % 2 == 0)
                                       .shuffle(10).repeat(2).batch(4),
         "generator": lambda: Dataset.from_generator(lambda: iter(range(40))).shuffle(6).batch(3),
-        "files": lambda: Dataset.from_files(files, np.load).shuffle(9).repeat(2).batch(4),
+        "files": lambda: Dataset.from_files(files, load_npy).shuffle(9).repeat(2).batch(4),
         "batch-level map": lambda: Dataset.range(40).shuffle(40).batch(6).map(lambda b: b * 2),
     }
 
