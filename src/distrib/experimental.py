@@ -8,7 +8,7 @@ from distrib.comm.options import CommunicationImplementation, CommunicationOptio
 __all__ = ["CommunicationImplementation", "CommunicationOptions", "CentralStorageStrategy",
            "ParameterServerStrategy", "coordinator", "partitioners"]
 
-_SUBMODULES = {"coordinator": "distrib.coordinator", "partitioners": "distrib.strategies.ps_partitioners"}
+_SUBMODULES = {"coordinator": "distrib.coordinator", "partitioners": "distrib.strategies.parameter_server.partitioners"}
 
 
 def __getattr__(name: str) -> Any:

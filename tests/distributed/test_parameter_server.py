@@ -105,7 +105,7 @@ def scenario_exact() -> None:
 
     from distrib.coordinator import ClusterCoordinator
     from distrib.strategies.parameter_server import ParameterServerStrategy
-    from distrib.strategies.ps_partitioners import FixedShardsPartitioner
+    from distrib.strategies.parameter_server.partitioners import FixedShardsPartitioner
 
     strategy = ParameterServerStrategy(variable_partitioner=FixedShardsPartitioner(2))
 

@@ -56,12 +56,12 @@ def scenario_stranger(marker_dir: str) -> None:
 
     from distrib.cluster.task import TaskInfo
     from distrib.coordinator import ClusterCoordinator
-    from distrib.strategies import ps_server, ps_wire
+    from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
     from distrib.strategies.parameter_server import ParameterServerStrategy
-    from distrib.strategies.ps_auth import TOKEN_HEADER, CallAuth
-    from distrib.strategies.ps_errors import ChannelError
-    from distrib.strategies.ps_runtime import handler_name
-    from distrib.strategies.ps_transport_grpc import METHOD, Channel, tls_from_env
+    from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
+    from distrib.strategies.parameter_server.errors import ChannelError
+    from distrib.strategies.parameter_server.runtime import handler_name
+    from distrib.strategies.parameter_server.transport import METHOD, Channel, tls_from_env
 
     strategy = ParameterServerStrategy()
     torch.manual_seed(0)
@@ -89,7 +89,7 @@ def scenario_stranger(marker_dir: str) -> None:
         port = int(runtime._store.get(f"distrib/ps/grpc_port/{rank}"))
         address = f"127.0.0.1:{port}"
         calls = {
-            "worker": ("distrib.strategies.ps_worker:run_closure", ([], evil(f"{job}-closure"), {})),
+            "worker": ("distrib.strategies.parameter_server.worker:run_closure", ([], evil(f"{job}-closure"), {})),
             "ps": (handler_name(ps_server.apply_gradients), (0, [(0, 0)], [evil(f"{job}-grad")], {})),
         }
         name, args = calls[job]
@@ -106,7 +106,7 @@ def scenario_stranger(marker_dir: str) -> None:
         if tls is not None:   # the job's own secret, but plain TCP: the TLS server does not answer
             plain = Channel(address, CallAuth(os.environ["DISTRIB_JOB_SECRET"].encode()), None)
             try:
-                plain.call_async("distrib.strategies.ps_runtime:ping", (), 10).wait()
+                plain.call_async("distrib.strategies.parameter_server.runtime:ping", (), 10).wait()
                 out[f"{job}/plaintext"] = "ANSWERED"
             except ChannelError as exc:
                 out[f"{job}/plaintext"] = exc.code
@@ -123,7 +123,7 @@ def scenario_stranger(marker_dir: str) -> None:
                     out["refused"][f"{job}/{how}"] = exc.code().name
             # A call signed with the real secret works once; the same bytes and token again do not.
             auth = CallAuth(os.environ["DISTRIB_JOB_SECRET"].encode())
-            ping = ps_wire.encode(("distrib.strategies.ps_runtime:ping", ()))
+            ping = ps_wire.encode(("distrib.strategies.parameter_server.runtime:ping", ()))
             token = auth.sign(METHOD, ping)
             stub(ping, timeout=10, metadata=((TOKEN_HEADER, token),))
             try:
@@ -158,8 +158,8 @@ def test_a_stranger_cannot_run_functions_or_read_variables(tmp_path):
     markers.mkdir()
     r, _ = _run(["stranger", str(markers)], {"DISTRIB_JOB_SECRET": "the-job-secret-for-this-test"})
     _assert_refused(r, {"UNAUTHENTICATED"})
-    assert set(r["refused"]) >= {"worker/no_token/distrib.strategies.ps_worker:run_closure",
-                                 "ps/wrong_secret/distrib.strategies.ps_server:read_variables",
+    assert set(r["refused"]) >= {"worker/no_token/distrib.strategies.parameter_server.worker:run_closure",
+                                 "ps/wrong_secret/distrib.strategies.parameter_server.server:read_variables",
                                  "ps/garbage_token", "worker/replayed", "ps/replayed"}
     assert sorted(os.listdir(markers)) == []             # nothing a stranger sent was ever unpickled
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from distrib.cluster import ClusterConfigError, ClusterSpec, SimpleClusterResolver
-from distrib.strategies import ps_server
-from distrib.strategies.ps_cluster import PSCluster
-from distrib.strategies.ps_partitioners import FixedShardsPartitioner, MaxSizePartitioner, MinSizePartitioner
-from distrib.strategies.ps_pickling import Exporter, Importer
-from distrib.strategies.ps_values import PerWorkerDataset, PerWorkerValues, RemoteValue
-from distrib.strategies.ps_variables import Shard, VariableInfo
+from distrib.strategies.parameter_server import server as ps_server
+from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.partitioners import FixedShardsPartitioner, MaxSizePartitioner, MinSizePartitioner
+from distrib.strategies.parameter_server.pickling import Exporter, Importer
+from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerValues, RemoteValue
+from distrib.strategies.parameter_server.variables import Shard, VariableInfo
 
 
 def test_partitioners_split_the_first_axis():

@@ -6,10 +6,10 @@ import time
 import pytest
 import torch
 
-from distrib.strategies import ps_auth, ps_wire
-from distrib.strategies.ps_auth import CallAuth
-from distrib.strategies.ps_errors import ChannelConfigError, ChannelError, PeerError
-from distrib.strategies.ps_transport_grpc import Channel, Server, tls_from_env
+from distrib.strategies.parameter_server import auth as ps_auth, wire as ps_wire
+from distrib.strategies.parameter_server.auth import CallAuth
+from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError
+from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
 
 def test_token_binds_method_body_and_secret_and_is_single_use():
@@ -126,7 +126,7 @@ def test_forged_payload_is_only_unpickled_by_an_unauthenticated_server(tmp_path)
 
 
 def test_no_secret_warns_once_naming_the_fix(monkeypatch):
-    from distrib.strategies import ps_runtime
+    from distrib.strategies.parameter_server import runtime as ps_runtime
 
     monkeypatch.setattr(ps_runtime, "_WARNED", [])
     with pytest.warns(UserWarning, match="DISTRIB_JOB_SECRET is not set.*unauthenticated") as seen:

@@ -5,7 +5,7 @@ pickle: each becomes a reference ``(dtype, shape, requires_grad)`` and its
 bytes are appended after the pickle, so tensor data is copied once and never
 passes through pickle. `decode` reverses it. The channel calls `decode` only
 on bytes whose job token (or reply seal) it has checked
-(`distrib.strategies.ps_auth`): pickle runs code, so bytes from an
+(`distrib.strategies.parameter_server.auth`): pickle runs code, so bytes from an
 unauthenticated peer are never decoded.
 
 Layout: ``b"DPW1" | pickle length (8 bytes, big-endian) | pickle | tensor bytes...``

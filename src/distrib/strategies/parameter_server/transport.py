@@ -1,12 +1,12 @@
 """The parameter-server channel on gRPC: one server per task, one channel per peer.
 
 Every call is one unary gRPC method, ``/distrib.ps.PS/Call``, whose request
-is ``encode((handler_name, args))`` (`distrib.strategies.ps_wire`) and whose
+is ``encode((handler_name, args))`` (`distrib.strategies.parameter_server.wire`) and whose
 reply is ``encode(("ok", value))`` or ``encode(("raised", text))``. The
 server runs only handlers registered for its task by name (it never
 unpickles a function), on its thread pool.
 
-Authentication (`distrib.strategies.ps_auth`): with a job secret every
+Authentication (`distrib.strategies.parameter_server.auth`): with a job secret every
 request carries a per-call token in its metadata; the server checks it on
 the raw request bytes and refuses the call (``UNAUTHENTICATED``) before
 anything is deserialized. Replies are sealed, and the caller refuses a reply
@@ -36,9 +36,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import grpc
 import torch
 
-from distrib.strategies import ps_wire
-from distrib.strategies.ps_auth import TOKEN_HEADER, CallAuth
-from distrib.strategies.ps_errors import ChannelConfigError, ChannelError, PeerError
+from distrib.strategies.parameter_server import wire as ps_wire
+from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
+from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError
 
 __all__ = ["METHOD", "TlsConfig", "tls_from_env", "Server", "Channel"]
 

@@ -30,11 +30,11 @@ import cloudpickle
 import torch
 
 from distrib.cluster.task import TaskInfo
-from distrib.strategies import ps_server
-from distrib.strategies.ps_errors import UnavailableError
-from distrib.strategies.ps_pickling import Importer
-from distrib.strategies.ps_runtime import run_on_main_thread
-from distrib.strategies.ps_variables import VariableInfo, read_values, split_rows
+from distrib.strategies.parameter_server import server as ps_server
+from distrib.strategies.parameter_server.errors import UnavailableError
+from distrib.strategies.parameter_server.pickling import Importer
+from distrib.strategies.parameter_server.runtime import run_on_main_thread
+from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
 
 __all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker"]

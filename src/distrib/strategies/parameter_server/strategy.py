@@ -43,12 +43,13 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from distrib.cluster.task import TaskInfo
 from distrib.comm.options import CommunicationOptions
-from distrib.strategies import context, ps_server
+from distrib.strategies import context
+from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.base import Strategy
-from distrib.strategies.ps_cluster import PSCluster
-from distrib.strategies.ps_pickling import Exporter, hyper_parameters
-from distrib.strategies.ps_runtime import Runtime
-from distrib.strategies.ps_variables import VariableRegistry, device_name
+from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
+from distrib.strategies.parameter_server.runtime import Runtime
+from distrib.strategies.parameter_server.variables import VariableRegistry, device_name
 
 __all__ = ["ParameterServerStrategy"]
 
@@ -97,7 +98,7 @@ class ParameterServerStrategy(Strategy):
             runtime.serve()
             raise SystemExit(0)
         if role == "worker":
-            from distrib.strategies.ps_worker import serve_worker
+            from distrib.strategies.parameter_server.worker import serve_worker
 
             view = type(self)._view_for_worker(resolver, cluster)
             serve_worker(runtime, view, cluster.worker_ids.index(cluster.task.task_id))
@@ -191,9 +192,9 @@ class ParameterServerStrategy(Strategy):
 
     # ---------------------------------------------------------- exporting
     def _classify(self, obj: Any) -> Optional[str]:
-        from distrib.coordinator import ClusterCoordinator
+        from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
         from distrib.metrics.base import Metric
-        from distrib.strategies.ps_values import PerWorkerValues
+        from distrib.strategies.parameter_server.values import PerWorkerValues
 
         if isinstance(obj, PerWorkerValues):
             return "per_worker"

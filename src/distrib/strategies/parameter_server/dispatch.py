@@ -30,10 +30,10 @@ import threading
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from distrib.cluster.task import TaskInfo
-from distrib.strategies import ps_worker
-from distrib.strategies.ps_errors import CancelledError, RemoteError, UnavailableError
-from distrib.strategies.ps_runtime import is_remote_exception, unavailable
-from distrib.strategies.ps_values import RemoteValue
+from distrib.strategies.parameter_server import worker as ps_worker
+from distrib.strategies.parameter_server.errors import CancelledError, RemoteError, UnavailableError
+from distrib.strategies.parameter_server.runtime import is_remote_exception, unavailable
+from distrib.strategies.parameter_server.values import RemoteValue
 
 __all__ = ["Closure", "Dispatcher"]
 

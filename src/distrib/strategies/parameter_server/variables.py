@@ -28,8 +28,8 @@ import torch
 from torch.nn.modules import module as module_mod
 
 from distrib.cluster.task import TaskInfo
-from distrib.strategies import ps_server
-from distrib.strategies.ps_server import ShardKey
+from distrib.strategies.parameter_server import server as ps_server
+from distrib.strategies.parameter_server.server import ShardKey
 
 __all__ = ["Shard", "VariableInfo", "VariableRegistry", "read_values", "device_name"]
 
@@ -90,7 +90,7 @@ class VariableRegistry:
     """The chief's table of variables (parameters created in the strategy's scope).
 
     Args:
-        runtime: the channel runtime (`distrib.strategies.ps_runtime.Runtime`).
+        runtime: the channel runtime (`distrib.strategies.parameter_server.runtime.Runtime`).
         ps_ids: the ps task ids, in round-robin order.
         partitioner: ``partitioner(shape, dtype) -> [shards, 1, ...]`` or None.
         captures_here: whether a parameter registered now belongs to this strategy's scope.

@@ -1,12 +1,12 @@
 """The channel of a parameter-server job: joining it, calling tasks, serving, leaving.
 
-Transport: gRPC (`distrib.strategies.ps_transport_grpc`). Every task serves
+Transport: gRPC (`distrib.strategies.parameter_server.transport`). Every task serves
 the handlers of its role (chief: ``ping``; worker: ``ping``, ``stop``, run a
 scheduled function; ps: ``ping``, ``stop``, the variable handlers of
-`distrib.strategies.ps_server`) on a free port of its ``TF_CONFIG`` host.
+`distrib.strategies.parameter_server.server`) on a free port of its ``TF_CONFIG`` host.
 With a job secret (`distrib.comm.secret.job_secret`, which `distrib launch`
 sets) every call is authenticated before its bytes are deserialized
-(`distrib.strategies.ps_auth`); without one the job runs unauthenticated
+(`distrib.strategies.parameter_server.auth`); without one the job runs unauthenticated
 and each task warns once. Every call has a deadline, and a peer that died
 (even by SIGKILL) fails calls at once (connection refused).
 
@@ -42,10 +42,10 @@ from distrib.cluster.hostcheck import resolve_cluster_hosts
 from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.comm.secret import job_secret
-from distrib.strategies.ps_auth import CallAuth
-from distrib.strategies.ps_cluster import PSCluster
-from distrib.strategies.ps_errors import ChannelError, PeerError, UnavailableError
-from distrib.strategies.ps_transport_grpc import Channel, Server, tls_from_env
+from distrib.strategies.parameter_server.auth import CallAuth
+from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.errors import ChannelError, PeerError, UnavailableError
+from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
 __all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "handler_name"]
 
@@ -91,7 +91,7 @@ def is_remote_exception(exc: BaseException) -> bool:
 
 
 def handler_name(fn: Callable) -> str:
-    """The name a handler is called by on the channel: ``"distrib.strategies.ps_server:inventory"``."""
+    """The name a handler is called by on the channel: ``"distrib.strategies.parameter_server.server:inventory"``."""
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
@@ -117,7 +117,7 @@ def _warn_unauthenticated() -> None:
 
 
 def _handlers(role: str) -> Dict[str, Callable]:
-    from distrib.strategies import ps_server, ps_worker
+    from distrib.strategies.parameter_server import server as ps_server, worker as ps_worker
 
     fns: List[Callable] = [ping]
     if role == "worker":

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 import cloudpickle
 import torch
 
-from distrib.strategies.ps_variables import VariableInfo
+from distrib.strategies.parameter_server.variables import VariableInfo
 
 __all__ = ["Definition", "Exporter", "Importer", "hyper_parameters"]
 
