@@ -3,6 +3,9 @@
 One replica per device — all visible GPUs by default, the CPU when there are
 none; ``devices=["cpu:0", "cpu:1"]`` gives two CPU replicas (the usual way to
 test multi-replica code on a laptop; each gets a fair share of the cores).
+With no ``devices``, ``DISTRIB_LOCAL_DEVICES=cpu:0,cpu:1`` (if set) picks the
+devices instead, so a tutorial's unchanged ``MirroredStrategy()`` runs on two
+CPU replicas.
 Run from a plain ``python train.py``, the strategy re-launches the script
 once per extra device (see `distrib.strategies.local_replicas`): the whole
 script runs in every replica, only replica 0 prints. Under ``distrib launch``
@@ -15,6 +18,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Sequence
 
 import torch
@@ -24,6 +28,7 @@ from distrib.data.input_context import InputPlacement
 from distrib.strategies.base import Strategy
 from distrib.strategies.local_gpu import local_task_index
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
+from distrib.strategies.multi_worker import LOCAL_DEVICES_ENV
 
 __all__ = ["MirroredStrategy"]
 
@@ -32,7 +37,8 @@ class MirroredStrategy(Strategy):
     """One replica per local device, gradients all-reduced.
 
     Args:
-        devices: e.g. ``["cuda:0", "cuda:1"]``, ``["/gpu:0"]``, ``["cpu:0", "cpu:1"]``.
+        devices: e.g. ``["cuda:0", "cuda:1"]``, ``["/gpu:0"]``, ``["cpu:0", "cpu:1"]``; default:
+            ``DISTRIB_LOCAL_DEVICES`` (comma-separated) if set, else every GPU, else the CPU.
         cross_device_ops: `distrib.NcclAllReduce()`, `HierarchicalCopyAllReduce()`
             (both NCCL) or `ReductionToOneDevice()` (gloo); default: NCCL on GPUs, gloo on CPUs.
         communication_options: timeout and bucket settings (distrib extension).
@@ -44,6 +50,8 @@ class MirroredStrategy(Strategy):
                  communication_options: Optional[CommunicationOptions] = None) -> None:
         from distrib.cluster import resolve_cluster, validate_task_types
 
+        if devices is None and os.environ.get(LOCAL_DEVICES_ENV, "").strip():
+            devices = [d for d in os.environ[LOCAL_DEVICES_ENV].split(",") if d.strip()]
         if devices is None:
             devices = ([f"cuda:{i}" for i in range(torch.cuda.device_count())]
                        if torch.cuda.is_available() else ["cpu:0"])
