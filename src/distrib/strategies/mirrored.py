@@ -51,7 +51,7 @@ class MirroredStrategy(Strategy):
         from distrib.cluster import resolve_cluster, validate_task_types
 
         if devices is None and os.environ.get(LOCAL_DEVICES_ENV, "").strip():
-            devices = [d for d in os.environ[LOCAL_DEVICES_ENV].split(",") if d.strip()]
+            devices = [d.strip() for d in os.environ[LOCAL_DEVICES_ENV].split(",") if d.strip()]
         if devices is None:
             devices = ([f"cuda:{i}" for i in range(torch.cuda.device_count())]
                        if torch.cuda.is_available() else ["cpu:0"])
