@@ -54,6 +54,10 @@ def test_default_strategy(one_replica_losses):
     assert len(one_replica_losses) == 210
 
 
+def test_one_device_strategy(one_replica_losses):
+    assert _check(_run("one_device"), 200) == pytest.approx(one_replica_losses, rel=1e-6)
+
+
 @pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
 def test_two_replicas_take_the_one_replica_steps(strategy, one_replica_losses):
     losses = _check(_run(strategy), 100)
