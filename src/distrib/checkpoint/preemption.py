@@ -39,10 +39,7 @@ import torch
 
 from distrib.comm.collective import ReduceOp
 
-try:
-    from distrib.launch.exit_codes import RESTART_EXIT_CODE
-except ImportError:  # pragma: no cover - the launcher defines it; kept for partial installs
-    RESTART_EXIT_CODE = 75
+from distrib.process.exit_codes import RESTART_EXIT_CODE
 
 __all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_after_training", "exit_for_restart"]
 

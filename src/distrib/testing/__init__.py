@@ -11,7 +11,7 @@
 * `ClusterRunError`: raised by `run_cluster` (any failure) and by either on
   timeout; its message lists every task's exit status and last output lines.
 """
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 from distrib.testing.child import to_jsonable
 from distrib.testing.harness import TAIL_LINES, ClusterRunError, run_cluster, run_script
 from distrib.testing.netns import NamespaceHosts, namespaces_available
