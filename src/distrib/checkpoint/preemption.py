@@ -37,6 +37,7 @@ from typing import Any, Optional
 
 import torch
 
+from distrib import hooks
 from distrib.comm.collective import ReduceOp
 
 from distrib.process.exit_codes import RESTART_EXIT_CODE
@@ -67,7 +68,7 @@ class PreemptionWatcher:
             warnings.warn("PreemptionWatcher: not in the main thread, so SIGTERM cannot be watched; "
                           "preemption will not trigger a save", RuntimeWarning, stacklevel=2)
             return self
-        self._previous = signal.signal(self.signum, self._handle)
+        self._previous = hooks.install_signal_handler(self.signum, self._handle)
         self._installed = True
         return self
 
@@ -87,7 +88,7 @@ class PreemptionWatcher:
         previous = self._previous if self._previous is not None else signal.SIG_DFL
         if training_finished and previous in (signal.SIG_DFL, exit_after_training):
             previous = exit_after_training
-        signal.signal(self.signum, previous)
+        hooks.restore_signal_handler(self.signum, previous)
         self._installed = False
 
     def _handle(self, signum: int, frame: Any) -> None:

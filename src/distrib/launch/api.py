@@ -24,7 +24,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
-from distrib.hooks import short_cause
+from distrib.error_report import short_cause
 from distrib.process.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,

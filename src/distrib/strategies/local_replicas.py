@@ -21,7 +21,6 @@ Example (task ``worker 1`` of 2, devices ``cpu:0``/``cpu:1``):
 """
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 import distrib
+from distrib import hooks
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.spawn import start_process, wait_or_kill
@@ -148,7 +148,7 @@ class LocalReplicas:
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(int(threads))
-        atexit.register(self._reap_children)
+        hooks.at_exit(self._reap_children)
 
     def _reap_children(self) -> None:
         failed = []
