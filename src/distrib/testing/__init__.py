@@ -10,6 +10,9 @@
   `namespaces_available()` says why not).
 * `ClusterRunError`: raised by `run_cluster` (any failure) and by either on
   timeout; its message lists every task's exit status and last output lines.
+* `distrib.testing.simulated`: ``run_workers(fn, n)`` runs ``n`` workers as
+  threads of this process, each with a `SimulatedStrategy` over a real
+  thread collective (imported on its own: it needs torch).
 """
 from distrib.process.ports import free_port
 from distrib.testing.child import to_jsonable
