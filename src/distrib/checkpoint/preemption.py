@@ -39,7 +39,6 @@ import torch
 
 from distrib import hooks
 from distrib.comm.collective import ReduceOp
-
 from distrib.process.exit_codes import RESTART_EXIT_CODE
 
 __all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_after_training", "exit_for_restart"]
