@@ -7,21 +7,17 @@ registration or forward pass). distrib installs all of them through this
 module, so one file says what distrib changes in a user's process. The
 handler functions stay with their concern:
 
-==========================================  ==========================================
-handler (module)                            installed with
-==========================================  ==========================================
-one-line errors (`distrib.error_report`)    `install_excepthook`
-gradient sync before a step                 `optimizer_step_pre_hook`
-(`distrib.comm.optimizer_hook`),
-central storage's step, the parameter
-server's guard against local steps
-scope capture (`strategies.replication`,    `module_registration_hook`,
-`parameter_server.variables`)               `module_forward_pre_hook`
-preemption (`checkpoint.preemption`),       `install_signal_handler`,
-the launcher (`launch.signals`)             `restore_signal_handler`
-closing a collective, reaping local         `at_exit`
-replicas, shutting a cluster down
-==========================================  ==========================================
+* `install_excepthook`: one-line distrib errors (handler:
+  `distrib.error_report.excepthook`);
+* `optimizer_step_pre_hook`: gradient sync before any step
+  (`distrib.comm.optimizer_hook`), central storage's held-back steps, the
+  parameter server's guard against local steps;
+* `module_registration_hook`, `module_forward_pre_hook`: scope capture
+  (`distrib.strategies.replication`, `parameter_server.variables`);
+* `install_signal_handler`, `restore_signal_handler`: preemption
+  (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
+* `at_exit`: closing a collective, reaping local replicas, shutting a
+  parameter-server cluster down, removing test namespaces.
 
 Installing is idempotent: installing the same handler (the same function,
 or the same bound method of the same object) again while it is installed
