@@ -29,7 +29,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 import torch
 
 from distrib.data import Dataset
-from distrib.data.simulated import run_workers
+from distrib.testing.simulated import run_workers
 
 N, BATCH = 60000, 128
 

@@ -1,117 +1,166 @@
-"""The process-wide hooks distrib installs, all in one place.
+"""The one place distrib installs process-wide hooks.
 
-`install_excepthook` replaces ``sys.excepthook`` so that an uncaught
-`distrib.errors.DistribError` — a diagnosis distrib made on purpose (a bad
-``TF_CONFIG``, a rendezvous that timed out, a lost task, a damaged
-checkpoint, a bad setting) — prints **one line** naming the task, the error
-and what to do, instead of a traceback through distrib's internals::
+A process-wide hook changes how the whole program behaves, not one object:
+Python's ``sys.excepthook``, signal handlers and ``atexit`` functions, and
+torch's *global* hooks (every optimizer's step, every module's parameter
+registration or forward pass). distrib installs all of them through this
+module, so one file says what distrib changes in a user's process. The
+handler functions stay with their concern:
 
-    distrib: worker 1: ClusterConfigError: TF_CONFIG['task']['index']: 2 is out of range ...
-        (full traceback: set DISTRIB_VERBOSE=1 or use distrib launch --verbose)
+* `install_excepthook`: one-line distrib errors (handler:
+  `distrib.error_report.excepthook`);
+* `optimizer_step_pre_hook`: gradient sync before any step
+  (`distrib.comm.optimizer_hook`), central storage's held-back steps, the
+  parameter server's guard against local steps;
+* `module_registration_hook`, `module_forward_pre_hook`: scope capture
+  (`distrib.strategies.replication`, `parameter_server.variables`);
+* `install_signal_handler`, `restore_signal_handler`: preemption
+  (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
+* `at_exit`: closing a collective, reaping local replicas, shutting a
+  parameter-server cluster down, removing test namespaces.
 
-Everything else — the program's own exceptions, ``KeyboardInterrupt``, and
-distrib's errors when ``DISTRIB_VERBOSE=1`` — goes to the hook that was
-there before, so a user's bug keeps its full traceback.
-
-The hook is installed when a cluster task imports distrib (``distrib
-launch``, ``TF_CONFIG`` or torchrun's ``RANK`` set) and when a strategy is
-created; installing it twice is harmless.
+Installing is idempotent: installing the same handler (the same function,
+or the same bound method of the same object) again while it is installed
+returns the first `Handle` and leaves one hook. ``torch`` is imported only
+when a torch hook is installed, so ``import distrib`` stays light.
 
 Example:
-    >>> import os
-    >>> task_label({"DISTRIB_TASK_NAME": "worker 1"}), task_label({"RANK": "3"})
-    ('worker 1', 'rank 3')
-    >>> from distrib.cluster.errors import ClusterConfigError
-    >>> one_line(ClusterConfigError("TF_CONFIG['task']: missing"), "chief")
-    "distrib: chief: ClusterConfigError: TF_CONFIG['task']: missing"
+    >>> calls = []
+    >>> def on_exit(): calls.append("bye")
+    >>> first, second = at_exit(on_exit), at_exit(on_exit)
+    >>> first is second       # one hook, however often it is installed
+    True
+    >>> first.remove(); first.installed
+    False
 """
 from __future__ import annotations
 
-import json
-import os
+import atexit
+import signal
 import sys
-from types import TracebackType
-from typing import Mapping, Optional, Type
+import threading
+from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 
-from distrib.errors import DistribError
+from distrib import error_report
+from distrib.error_report import is_cluster_task, one_line, short_cause, task_label, verbose
 
-__all__ = ["install_excepthook", "is_cluster_task", "task_label", "one_line", "short_cause", "verbose"]
+__all__ = ["Handle", "install_excepthook", "optimizer_step_pre_hook", "module_registration_hook",
+           "module_forward_pre_hook", "install_signal_handler", "restore_signal_handler", "at_exit",
+           "installed_hooks",
+           # one-line errors, re-exported from distrib.error_report for older imports
+           "is_cluster_task", "task_label", "one_line", "short_cause", "verbose"]
 
-VERBOSE_HINT = "(full traceback: set DISTRIB_VERBOSE=1 or use distrib launch --verbose)"
-_MAX_CHARS = 600
-
-
-def verbose(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether ``DISTRIB_VERBOSE`` asks for full tracebacks (``1``, ``true``, ``yes``)."""
-    value = (os.environ if environ is None else environ).get("DISTRIB_VERBOSE", "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def is_cluster_task(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether this process is a task of a cluster (launched, ``TF_CONFIG`` or torchrun)."""
-    env = os.environ if environ is None else environ
-    return env.get("DISTRIB_LAUNCHED") == "1" or bool(env.get("TF_CONFIG", "").strip()) \
-        or ("RANK" in env and "WORLD_SIZE" in env)
+_lock = threading.Lock()
+_installed: Dict[Tuple[str, Hashable], "Handle"] = {}
 
 
-def task_label(environ: Optional[Mapping[str, str]] = None) -> str:
-    """How the one-line error names this process: ``worker 1``, ``chief``, ``rank 3``, ``this process``."""
-    env = os.environ if environ is None else environ
-    if env.get("DISTRIB_TASK_NAME"):
-        return env["DISTRIB_TASK_NAME"]
-    try:
-        task = json.loads(env.get("TF_CONFIG") or "{}").get("task") or {}
-        if task.get("type"):
-            return f"{task['type']} {task.get('index', 0)}"
-    except (ValueError, AttributeError, TypeError):
-        pass
-    if env.get("RANK"):
-        return f"rank {env['RANK']}"
-    return "this process"
+class Handle:
+    """An installed hook; `remove` takes it out again (once; later calls do nothing)."""
+
+    def __init__(self, kind: str, fn: Callable[..., Any], remover: Callable[[], None]) -> None:
+        self.kind = kind
+        self.fn = fn
+        self._remover: Optional[Callable[[], None]] = remover
+
+    @property
+    def installed(self) -> bool:
+        return self._remover is not None
+
+    def remove(self) -> None:
+        with _lock:
+            remover, self._remover = self._remover, None
+            if _installed.get((self.kind, self.fn)) is self:
+                del _installed[(self.kind, self.fn)]
+        if remover is not None:
+            remover()
+
+    def __repr__(self) -> str:
+        state = "installed" if self.installed else "removed"
+        return f"<distrib hook {self.kind} {getattr(self.fn, '__qualname__', self.fn)!r} {state}>"
 
 
-def one_line(error: BaseException, label: str) -> str:
-    """``distrib: <task>: <ErrorClass>: <first line of the message>``."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    message = lines[0] if lines else "(no message)"
-    if len(message) > _MAX_CHARS:
-        message = message[:_MAX_CHARS] + "..."
-    return f"distrib: {label}: {type(error).__name__}: {message}"
+def _install(kind: str, fn: Callable[..., Any], add: Callable[[], Callable[[], None]]) -> Handle:
+    """Install ``fn`` as a ``kind`` hook unless it already is; ``add`` installs and returns a remover."""
+    with _lock:
+        existing = _installed.get((kind, fn))
+        if existing is not None:
+            return existing
+        handle = Handle(kind, fn, add())
+        _installed[(kind, fn)] = handle
+        return handle
 
 
-def short_cause(line: str, label: str) -> str:
-    """A task's one-line error without the parts a summary already says (task name, hint).
-
-    Example:
-        >>> short_cause("distrib: worker 1: RendezvousError: no chief " + VERBOSE_HINT, "worker 1")
-        'RendezvousError: no chief'
-    """
-    head = f"distrib: {label}: "
-    if line.startswith(head):
-        line = line[len(head):]
-    if line.endswith(VERBOSE_HINT):
-        line = line[:-len(VERBOSE_HINT)].rstrip()
-    return line
+def installed_hooks() -> Dict[str, int]:
+    """How many hooks of each kind distrib has installed now (for diagnostics and tests)."""
+    with _lock:
+        counts: Dict[str, int] = {}
+        for kind, _ in _installed:
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
 
 
-def _excepthook(kind: Type[BaseException], error: BaseException,
-                tb: Optional[TracebackType]) -> None:
-    if isinstance(error, DistribError) and not verbose():
-        try:
-            sys.stderr.write(f"{one_line(error, task_label())} {VERBOSE_HINT}\n")
-            sys.stderr.flush()
-            return
-        except Exception:  # a broken stderr: fall back to the usual report
-            pass
-    _previous(kind, error, tb)
-
-
-_previous = sys.excepthook
-
-
+# ------------------------------------------------------------------ Python
 def install_excepthook() -> None:
-    """Make uncaught distrib errors one line (see the module docstring); idempotent."""
-    global _previous
-    if sys.excepthook is not _excepthook:
-        _previous = sys.excepthook
-        sys.excepthook = _excepthook
+    """Make uncaught distrib errors one line (`distrib.error_report`); idempotent."""
+    with _lock:
+        if sys.excepthook is not error_report.excepthook:
+            error_report.previous_excepthook = sys.excepthook
+            sys.excepthook = error_report.excepthook
+
+
+def at_exit(fn: Callable[[], Any]) -> Handle:
+    """Run ``fn`` when the interpreter exits (``atexit``; last installed runs first)."""
+    def add() -> Callable[[], None]:
+        atexit.register(fn)
+        return lambda: atexit.unregister(fn)
+    return _install("atexit", fn, add)
+
+
+def install_signal_handler(signum: int, handler: Callable[[int, Any], Any]) -> Any:
+    """Handle ``signum`` with ``handler``; return the handler it replaces (for `restore_signal_handler`).
+
+    Main thread only (Python's rule): elsewhere it raises ``ValueError``.
+    Installing the handler that is already installed changes nothing and
+    returns that handler.
+    """
+    with _lock:
+        return signal.signal(signum, handler)
+
+
+def restore_signal_handler(signum: int, previous: Any) -> None:
+    """Put back the handler `install_signal_handler` returned (``None`` means the default)."""
+    with _lock:
+        signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+
+
+# ------------------------------------------------------------------- torch
+def optimizer_step_pre_hook(fn: Callable[..., Any]) -> Handle:
+    """Call ``fn(optimizer, args, kwargs)`` before every optimizer's ``step`` (torch's global hook)."""
+    def add() -> Callable[[], None]:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        return register_optimizer_step_pre_hook(fn).remove
+    return _install("optimizer_step_pre", fn, add)
+
+
+def module_registration_hook(kind: str, fn: Callable[..., Any]) -> Handle:
+    """Call ``fn(module, name, value)`` whenever any module registers a ``kind`` (``"parameter"``/``"buffer"``)."""
+    if kind not in ("parameter", "buffer"):
+        raise ValueError(f"module_registration_hook: kind must be 'parameter' or 'buffer', got {kind!r}")
+
+    def add() -> Callable[[], None]:
+        from torch.nn.modules import module as module_mod
+
+        register = (module_mod.register_module_parameter_registration_hook if kind == "parameter"
+                    else module_mod.register_module_buffer_registration_hook)
+        return register(fn).remove
+    return _install(f"module_{kind}_registration", fn, add)
+
+
+def module_forward_pre_hook(fn: Callable[..., Any]) -> Handle:
+    """Call ``fn(module, args)`` before every module's forward (torch's global hook)."""
+    def add() -> Callable[[], None]:
+        from torch.nn.modules import module as module_mod
+
+        return module_mod.register_module_forward_pre_hook(fn).remove
+    return _install("module_forward_pre", fn, add)

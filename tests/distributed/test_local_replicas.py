@@ -166,3 +166,55 @@ def test_a_second_strategy_reuses_the_replicas_and_one_device_scope_stays_local(
         assert result["ids"] == [replica, replica]
         assert result["total"] == 3.0
         assert result["one"] == [1, [[3.0, 3.0]]]   # the gradient of one replica, not summed
+
+
+ORPHAN_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, distrib
+    strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
+    path = os.path.join(sys.argv[1], "pid%d" % strategy.replica_id)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    threading.Event().wait()  # every replica blocks until killed
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError, StopIteration):
+        return False
+    return "zombie" not in state
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
+    import signal
+    import time
+
+    script = tmp_path / "hang.py"
+    script.write_text(ORPHAN_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    child_pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pid1").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the replicas never started"
+            time.sleep(0.05)  # poll
+        child_pid = int((tmp_path / "pid1").read_text())
+        assert child_pid != proc.pid and _alive(child_pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll
+        assert not _alive(child_pid), "local replica 1 outlived replica 0"
+    finally:
+        proc.kill()
+        proc.wait()
+        if child_pid is not None and _alive(child_pid):
+            os.kill(child_pid, signal.SIGKILL)

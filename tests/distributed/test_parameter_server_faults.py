@@ -21,7 +21,7 @@ from typing import Dict, Optional
 import pytest
 
 from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
-from distrib.launch.ports import reserve_ports
+from distrib.process.ports import reserve_ports
 
 HERE = os.path.abspath(__file__)
 WAIT = 120.0

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from distrib.checkpoint.format import load_state
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 
 pytestmark = pytest.mark.timeout(900)
 

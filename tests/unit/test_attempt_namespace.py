@@ -3,7 +3,7 @@ import pytest
 import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace, attempt_store
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 
 
 def test_each_launcher_counter_gives_its_own_namespace():

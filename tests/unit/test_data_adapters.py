@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from distrib.data import AutoShardPolicy, Options
 from distrib.data.adapters import as_dataset
-from distrib.data.simulated import run_workers
+from distrib.testing.simulated import run_workers
 
 
 class CountingDataset(torch.utils.data.Dataset):

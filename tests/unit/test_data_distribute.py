@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from distrib.testing.files import load_npy
 from distrib.data import AutoShardPolicy, Dataset, Options, OutOfRangeError, TensorSpec
-from distrib.data.simulated import run_workers
+from distrib.testing.simulated import run_workers
 
 
 def _rows(batch):

@@ -6,7 +6,7 @@ import pytest
 
 from distrib.testing.files import load_npy
 from distrib.data import AutoShardPolicy, Dataset, Options
-from distrib.data.simulated import run_workers
+from distrib.testing.simulated import run_workers
 
 N = 97
 

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distrib.launch.cli import parse_args
-from distrib.launch.exit_codes import RESTART_EXIT_CODE, describe_returncode, signal_exit_code
+from distrib.process.exit_codes import RESTART_EXIT_CODE, describe_returncode, signal_exit_code
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, format_address,
                                    task_environment, tf_config)
 from distrib.launch.output import OutputRouter, pump_lines
-from distrib.launch.ports import free_port, reserve_ports
+from distrib.process.ports import free_port, reserve_ports
 from distrib.launch.result import TaskStatus
 
 

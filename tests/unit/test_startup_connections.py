@@ -6,7 +6,7 @@ import torch.distributed as dist
 from distrib.comm import health
 from distrib.comm.errors import RendezvousTimeoutError
 from distrib.comm.health import HealthMonitor
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 
 
 def describe(rank):

@@ -3,7 +3,7 @@ tests/distributed/test_tf_input_semantics.py for real processes).
 
 The reference is ``tests/data/tf_reference/input_semantics.json``, written by
 ``tests/tf_reference/generate.py`` with TensorFlow; the same scenarios run here
-through `distrib.data.simulated.run_workers`, with the replicas grouped into
+through `distrib.testing.simulated.run_workers`, with the replicas grouped into
 tasks as MirroredStrategy's devices (one task, two local replicas) or as two
 MultiWorkerMirroredStrategy workers (two tasks, one replica each).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distrib.data.simulated import run_workers
+from distrib.testing.simulated import run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tf_reference"))

@@ -17,7 +17,7 @@ When to save:
   runs the rest of that epoch (and its validation and ``on_epoch_end``).
 * preemption (``save_before_preemption=True``): when SIGTERM reaches any
   worker, all workers agree at the next step boundary, save there, and exit
-  with `distrib.launch.exit_codes.RESTART_EXIT_CODE` (75) for the launcher to
+  with `distrib.process.exit_codes.RESTART_EXIT_CODE` (75) for the launcher to
   restart them.
 
 Example — killed during epoch 2 of 3, then started again with the same command::

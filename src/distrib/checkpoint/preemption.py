@@ -37,12 +37,9 @@ from typing import Any, Optional
 
 import torch
 
+from distrib import hooks
 from distrib.comm.collective import ReduceOp
-
-try:
-    from distrib.launch.exit_codes import RESTART_EXIT_CODE
-except ImportError:  # pragma: no cover - the launcher defines it; kept for partial installs
-    RESTART_EXIT_CODE = 75
+from distrib.process.exit_codes import RESTART_EXIT_CODE
 
 __all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_after_training", "exit_for_restart"]
 
@@ -70,7 +67,7 @@ class PreemptionWatcher:
             warnings.warn("PreemptionWatcher: not in the main thread, so SIGTERM cannot be watched; "
                           "preemption will not trigger a save", RuntimeWarning, stacklevel=2)
             return self
-        self._previous = signal.signal(self.signum, self._handle)
+        self._previous = hooks.install_signal_handler(self.signum, self._handle)
         self._installed = True
         return self
 
@@ -90,7 +87,7 @@ class PreemptionWatcher:
         previous = self._previous if self._previous is not None else signal.SIG_DFL
         if training_finished and previous in (signal.SIG_DFL, exit_after_training):
             previous = exit_after_training
-        signal.signal(self.signum, previous)
+        hooks.restore_signal_handler(self.signum, previous)
         self._installed = False
 
     def _handle(self, signum: int, frame: Any) -> None:

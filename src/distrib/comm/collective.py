@@ -65,7 +65,9 @@ class Collective(abc.ABC):
 
     def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
         """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it."""
-        self.all_reduce(tensor, op)
+        result = self.all_reduce(tensor, op)
+        if result is not tensor:  # an implementation that returns a new tensor
+            tensor.copy_(result)
         return None
 
     def wait(self, handle: Any) -> None:

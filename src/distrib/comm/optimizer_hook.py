@@ -18,8 +18,8 @@ import weakref
 from typing import Dict, List, Tuple
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from distrib import hooks
 from distrib.errors import DistribError
 
 __all__ = ["register_parameters", "install", "synchronize_gradients", "UnsyncedParameterError"]
@@ -45,7 +45,7 @@ def install(strategy=None) -> None:
             _replicated_job = weakref.ref(strategy)
             _version += 1
         if _handle is None:
-            _handle = register_optimizer_step_pre_hook(_before_step)
+            _handle = hooks.optimizer_step_pre_hook(_before_step)
 
 
 def register_parameters(synchronizer, params) -> None:

@@ -15,7 +15,6 @@ Example:
 """
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import time
@@ -25,6 +24,7 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from distrib import hooks
 from distrib.cluster.hostcheck import check_task_addresses
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import Collective, ReduceOp
@@ -86,7 +86,7 @@ class TorchCollective(Collective):
                 f"{describe(rank)} could not set up {backend} among {world} tasks: {first_line(exc)}") from None
         collective = cls(rank, world, group, control, monitor, describe, timeout, store)
         collective._raw_store = raw_store  # a Python Store (AuthStore) must outlive the PrefixStore around it
-        atexit.register(collective.shutdown)
+        hooks.at_exit(collective.shutdown)
         return collective
 
     # ---------------------------------------------------------- identity

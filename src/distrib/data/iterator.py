@@ -18,14 +18,35 @@ from typing import Any, Dict, List
 
 from distrib.data.blocks import materialize
 from distrib.data.stream import IterContext, walk
+from distrib.errors import DistribError
 
 __all__ = ["DatasetIterator", "Optional", "OutOfRangeError", "pipeline_signature"]
 
 _STATE_VERSION = 1
 
 
-class OutOfRangeError(StopIteration):
-    """Raised by ``get_next()`` at the end of the data (tf.errors.OutOfRangeError's role)."""
+class OutOfRangeError(DistribError):
+    """Raised by ``get_next()`` at the end of the data (``tf.errors.OutOfRangeError``'s role).
+
+    As in TensorFlow, the two ways of asking for the next element end
+    differently: ``next(iterator)`` (and so a ``for`` loop) ends with a plain
+    ``StopIteration``, the Python iterator protocol; ``iterator.get_next()``
+    raises this error. It is deliberately *not* a ``StopIteration``: a
+    ``for`` loop would swallow it silently, and inside a generator Python
+    (PEP 479) would turn it into a ``RuntimeError``.
+
+    Example:
+        >>> it = iter(Dataset.range(1))
+        >>> it.get_next().item()
+        0
+        >>> def batches():
+        ...     yield it.get_next()
+        >>> try:
+        ...     list(batches())
+        ... except OutOfRangeError as error:
+        ...     print(type(error).__name__)
+        OutOfRangeError
+    """
 
 
 _NOTHING = object()

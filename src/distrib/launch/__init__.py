@@ -11,15 +11,17 @@ From Python::
     result = launch("train.py", ["--epochs", "3"], workers=2, output="capture")
     print(result.returncode, result.outputs["worker 1"])
 
-Modules: `layout` (which tasks, their ``TF_CONFIG`` and environment), `ports`
-(free ports), `spawn` (one process), `output` (prefixed lines), `supervisor`
-(one attempt), `signals` (launcher signals), `api` (restarts, the public
-function), `cli` (the command line), `exit_codes`, `result`.
+Modules: `layout` (which tasks, their ``TF_CONFIG`` and environment),
+`output` (prefixed lines), `supervisor` (one attempt), `signals` (launcher
+signals), `api` (restarts, the public function), `cli` (the command line),
+`result`. Starting one process, free ports and exit codes live one layer
+below, in `distrib.process` (shared with the strategies' local replicas);
+`ports` and `exit_codes` here are aliases of those modules for old imports.
 """
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
-from distrib.launch.exit_codes import MAX_PREEMPTION_RESTARTS, RESTART_EXIT_CODE
+from distrib.process.exit_codes import MAX_PREEMPTION_RESTARTS, RESTART_EXIT_CODE
 from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, tf_config
-from distrib.launch.ports import free_port, reserve_ports
+from distrib.process.ports import free_port, reserve_ports
 from distrib.launch.result import LaunchResult, LaunchTimeoutError, TaskStatus
 
 __all__ = [

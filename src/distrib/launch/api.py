@@ -24,16 +24,16 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
-from distrib.hooks import short_cause
-from distrib.launch.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
+from distrib.error_report import short_cause
+from distrib.process.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
                                        describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
-from distrib.launch.ports import reserve_ports
+from distrib.process.ports import reserve_ports
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
 from distrib.launch.signals import catch_signals
-from distrib.launch.spawn import python_command
+from distrib.process.spawn import python_command
 from distrib.launch.supervisor import Outcome, TaskGroup, TaskLaunch
 
 __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NoReturn, Optional, Sequence
 
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
-from distrib.launch.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
+from distrib.process.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
 from distrib.launch.result import LaunchTimeoutError
 
 __all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main", "DEFAULT_MASTER_PORT"]

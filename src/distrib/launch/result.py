@@ -6,7 +6,7 @@ from distrib.errors import DistribError
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from distrib.launch.exit_codes import describe_returncode, signal_name
+from distrib.process.exit_codes import describe_returncode, signal_name
 
 __all__ = ["TaskStatus", "LaunchResult", "LaunchTimeoutError"]
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Optional
 
+from distrib import hooks
+
 __all__ = ["HANDLED_SIGNALS", "InterruptState", "catch_signals"]
 
 HANDLED_SIGNALS = tuple(
@@ -51,9 +53,9 @@ def catch_signals(events: "queue.SimpleQueue[Any]") -> Iterator[InterruptState]:
         if old == signal.SIG_IGN:
             continue
         previous[signum] = signal.SIG_DFL if old is None else old
-        signal.signal(signum, on_signal)
+        hooks.install_signal_handler(signum, on_signal)
     try:
         yield state
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            hooks.restore_signal_handler(signum, old)

@@ -32,12 +32,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from distrib.launch.exit_codes import RESTART_EXIT_CODE, describe_returncode
+from distrib.process.exit_codes import RESTART_EXIT_CODE, describe_returncode
 from distrib.launch.layout import TaskSpec
 from distrib.launch.output import OutputRouter, pump_lines
 from distrib.launch.result import TaskStatus
 from distrib.launch.signals import InterruptState
-from distrib.launch.spawn import kill_leftovers, signal_task, start_task
+from distrib.process.spawn import kill_leftovers, signal_task, start_task
 
 __all__ = ["TaskLaunch", "Outcome", "TaskGroup"]
 

@@ -28,8 +28,8 @@ import contextlib
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from distrib import hooks
 from distrib.data.input_context import InputContext, InputPlacement
 from distrib.data.structure import empty_from_spec, loosen_batch, spec_of
 from distrib.strategies import context
@@ -144,7 +144,7 @@ class _HeldBackSteps(contextlib.AbstractContextManager):
         self._hook = None
 
     def __enter__(self):
-        self._hook = register_optimizer_step_pre_hook(self._before_step)
+        self._hook = hooks.optimizer_step_pre_hook(self._before_step)
         return self
 
     def __exit__(self, *exc) -> None:

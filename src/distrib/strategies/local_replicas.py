@@ -10,7 +10,10 @@ replica, started in the directory the program was in when it imported distrib
 (so a script that changes directory before creating the strategy still finds
 itself and changes directory the same way); only local replica 0's standard output is shown (the children's is
 discarded, their standard error is kept and shown if they fail), so output is
-not duplicated. A cluster of W tasks with D devices each has W·D replicas,
+not duplicated. The children are started the launcher's way
+(`distrib.process.spawn.start_process`): they die with replica 0, even if it
+is killed with SIGKILL, and stay in its process group, so a Ctrl-C reaches
+every replica. A cluster of W tasks with D devices each has W·D replicas,
 ranked task by task.
 
 Example (task ``worker 1`` of 2, devices ``cpu:0``/``cpu:1``):
@@ -18,7 +21,6 @@ Example (task ``worker 1`` of 2, devices ``cpu:0``/``cpu:1``):
 """
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import sys
@@ -28,11 +30,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 import distrib
-from distrib.launch.ports import free_port
+from distrib import hooks
+from distrib.process.exit_codes import describe_returncode
+from distrib.process.ports import free_port
+from distrib.process.spawn import start_process, wait_or_kill
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
 
 ENV_VAR = "DISTRIB_LOCAL_REPLICA"
+_REAP_SECONDS = 60.0  # how long replica 0, at exit, waits for each sibling before killing it
 
 
 def parse_replica_device(spec: Any) -> Tuple[str, torch.device]:
@@ -137,26 +143,22 @@ class LocalReplicas:
             env = dict(os.environ, **{ENV_VAR: f"{index}/{self.count}/{self.port}"})
             env.setdefault("OMP_NUM_THREADS", threads)
             err = tempfile.TemporaryFile(mode="w+b")
-            proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=distrib._START_DIRECTORY,
-                                    stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err)
+            proc = start_process([sys.executable, *argv], env, cwd=distrib._START_DIRECTORY,
+                                 stdout=subprocess.DEVNULL, stderr=err, new_session=False)
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(int(threads))
-        atexit.register(self._reap_children)
+        hooks.at_exit(self._reap_children)
 
     def _reap_children(self) -> None:
         failed = []
         for index, proc, err in self._children:
-            try:
-                code = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+            code = wait_or_kill(proc, _REAP_SECONDS)
             if code != 0:
                 err.seek(0)
                 tail = err.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-                failed.append(f"local replica {index} ({self.labels[index]}) exited with {code}: {tail[0]}")
+                failed.append(f"local replica {index} ({self.labels[index]}) "
+                              f"{describe_returncode(code)}: {tail[0]}")
             err.close()
         if failed:
             sys.stderr.write("distrib: error: " + "; ".join(failed) + "\n")

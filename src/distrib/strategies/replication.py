@@ -27,8 +27,8 @@ import weakref
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import torch
-from torch.nn.modules import module as module_mod
 
+from distrib import hooks
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 
@@ -65,8 +65,8 @@ class ScopeTracker:
         if not self.enabled:
             return
         self._hooks = [
-            module_mod.register_module_parameter_registration_hook(self._on_parameter),
-            module_mod.register_module_buffer_registration_hook(self._on_buffer),
+            hooks.module_registration_hook("parameter", self._on_parameter),
+            hooks.module_registration_hook("buffer", self._on_buffer),
         ]
 
     def stop_capture(self) -> None:
@@ -101,7 +101,7 @@ class ScopeTracker:
         with self._lock:
             self._pending.append((weakref.ref(module), kind, name))
             if self._replicated and self._forward_hook is None:
-                self._forward_hook = module_mod.register_module_forward_pre_hook(self._on_first_forward)
+                self._forward_hook = hooks.module_forward_pre_hook(self._on_first_forward)
 
     def _on_first_forward(self, module, args):
         self.synchronize()

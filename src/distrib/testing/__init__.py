@@ -10,8 +10,11 @@
   `namespaces_available()` says why not).
 * `ClusterRunError`: raised by `run_cluster` (any failure) and by either on
   timeout; its message lists every task's exit status and last output lines.
+* `distrib.testing.simulated`: ``run_workers(fn, n)`` runs ``n`` workers as
+  threads of this process, each with a `SimulatedStrategy` over a real
+  thread collective (imported on its own: it needs torch).
 """
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 from distrib.testing.child import to_jsonable
 from distrib.testing.harness import TAIL_LINES, ClusterRunError, run_cluster, run_script
 from distrib.testing.netns import NamespaceHosts, namespaces_available

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from distrib.launch.api import launch
 from distrib.launch.layout import ClusterLayout
-from distrib.launch.ports import free_port
+from distrib.process.ports import free_port
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
 from distrib.testing.child import result_filename, to_jsonable
 

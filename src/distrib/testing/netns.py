@@ -27,7 +27,6 @@ Example:
 """
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import shutil
@@ -37,6 +36,7 @@ import sys
 import threading
 from typing import Dict, List, Optional, Sequence
 
+from distrib import hooks
 from distrib.errors import DistribError
 
 __all__ = ["NamespaceError", "NamespaceHosts", "namespaces_available"]
@@ -83,7 +83,7 @@ def _cleanup_all() -> None:
         item.close()
 
 
-atexit.register(_cleanup_all)
+hooks.at_exit(_cleanup_all)
 
 
 class NamespaceHosts:

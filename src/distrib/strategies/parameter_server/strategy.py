@@ -32,15 +32,14 @@ Example:
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import pickle
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import cloudpickle
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from distrib import hooks
 from distrib.cluster.task import TaskInfo
 from distrib.comm.options import CommunicationOptions
 from distrib.strategies import context
@@ -106,8 +105,8 @@ class ParameterServerStrategy(Strategy):
         self._runtime = runtime
         self._registry = VariableRegistry(runtime, cluster.ps_ids, variable_partitioner, self._captures_here)
         self._exporter = Exporter(self, self._registry, self._classify, self._register_optimizer)
-        self._guard = register_optimizer_step_pre_hook(self._refuse_local_step)
-        atexit.register(self._shutdown)
+        self._guard = hooks.optimizer_step_pre_hook(self._refuse_local_step)
+        hooks.at_exit(self._shutdown)
 
     @classmethod
     def _view_for_worker(cls, resolver: Any, cluster: PSCluster) -> "ParameterServerStrategy":

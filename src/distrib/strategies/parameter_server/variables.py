@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.nn.modules import module as module_mod
 
+from distrib import hooks
 from distrib.cluster.task import TaskInfo
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.server import ShardKey
@@ -114,7 +114,7 @@ class VariableRegistry:
 
     # ------------------------------------------------------------ capture
     def start_capture(self) -> None:
-        self._hooks.append(module_mod.register_module_parameter_registration_hook(self._on_parameter))
+        self._hooks.append(hooks.module_registration_hook("parameter", self._on_parameter))
 
     def stop_capture(self) -> None:
         for hook in self._hooks:

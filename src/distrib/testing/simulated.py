@@ -1,5 +1,8 @@
 """Several workers in one process, on threads: a real collective for tests and examples.
 
+A test double (it used to be ``distrib.data.simulated``): the input code
+under test never imports it.
+
 `run_workers(fn, n)` calls ``fn(strategy)`` on ``n`` threads, each with a
 `SimulatedStrategy` whose `ThreadCollective` really synchronises with the
 others (a barrier with a timeout, so a missing call is an error, not a hang).

@@ -1,0 +1,170 @@
+"""The package's layering: no import cycles, and lower layers never import higher ones.
+
+Layers, bottom up (a module may import from its own layer and those below):
+
+* ``distrib.errors``, ``distrib.process`` (start processes, ports, exit codes),
+  ``distrib.utils``;
+* ``distrib.error_report``, ``distrib.hooks`` (the one place process-wide
+  hooks are installed), ``distrib.cluster``, ``distrib.comm``;
+* ``distrib.data`` (input pipelines: never the strategies that use them);
+* everything else (strategies, training, checkpoint, ...);
+* ``distrib.launch`` (the launcher), imported only by ``distrib.__main__``
+  and ``distrib.testing`` (whose harness runs clusters through it);
+* ``distrib.testing`` (test doubles and harness), imported by no package module.
+
+The rules are read from the source (every import, top-level or inside a
+function), so a lazy import that breaks a rule is caught too.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+import distrib
+
+SRC = pathlib.Path(distrib.__file__).resolve().parent
+BOTTOM = {"distrib.errors", "distrib.process", "distrib.utils"}
+LOW = BOTTOM | {"distrib.error_report", "distrib.hooks", "distrib.cluster", "distrib.comm"}
+ABOVE_DATA = {"distrib.strategies", "distrib.training", "distrib.callbacks", "distrib.checkpoint",
+              "distrib.metrics", "distrib.losses", "distrib.optimizers", "distrib.mixed_precision",
+              "distrib.launch", "distrib.testing"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _modules() -> Dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _imports(name: str, path: pathlib.Path) -> Iterator[str]:
+    """Every distrib module ``name`` imports (relative imports resolved, ``from distrib import x`` -> distrib.x)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.split(".")[0] == "distrib")
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            if target == "distrib":
+                yield from (f"distrib.{a.name}" for a in node.names)
+            elif target.startswith("distrib."):
+                yield target
+
+
+def _part_of(module: str, groups: Set[str]) -> bool:
+    return any(module == g or module.startswith(g + ".") for g in groups)
+
+
+@functools.lru_cache(maxsize=None)
+def _edges() -> List[Tuple[str, str]]:
+    return [(name, target) for name, path in _modules().items() for target in _imports(name, path)]
+
+
+def test_the_rules_see_the_imports_they_check():
+    edges = _edges()
+    assert ("distrib.launch.supervisor", "distrib.process.spawn") in edges
+    assert ("distrib.strategies.local_replicas", "distrib.process.spawn") in edges
+
+
+def test_nothing_outside_the_launcher_imports_it_but_the_cli_entry_and_the_test_harness():
+    allowed = {"distrib.launch", "distrib.testing", "distrib.__main__"}
+    bad = [f"{a} imports {b}" for a, b in _edges() if _part_of(b, {"distrib.launch"}) and not _part_of(a, allowed)]
+    assert not bad, "; ".join(bad)
+
+
+def test_low_layers_import_nothing_above_them():
+    bad = [f"{a} imports {b}" for a, b in _edges()
+           if _part_of(a, LOW) and b.startswith("distrib.") and not _part_of(b, LOW)]
+    bad += [f"{a} imports {b}" for a, b in _edges()
+            if _part_of(a, BOTTOM) and not _part_of(b, BOTTOM)]
+    assert not bad, "; ".join(bad)
+
+
+def test_input_pipelines_import_no_strategy_training_launcher_or_test_code():
+    bad = [f"{a} imports {b}" for a, b in _edges() if _part_of(a, {"distrib.data"}) and _part_of(b, ABOVE_DATA)]
+    assert not bad, "; ".join(bad)
+
+
+def test_no_package_module_imports_the_test_doubles():
+    bad = [f"{a} imports {b}" for a, b in _edges()
+           if _part_of(b, {"distrib.testing"}) and not _part_of(a, {"distrib.testing"})]
+    assert not bad, "; ".join(bad)
+
+
+_GLOBAL_HOOK_CALLS = {("signal", "signal"), ("atexit", "register"), ("faulthandler", "enable"),
+                      ("faulthandler", "register")}
+_GLOBAL_HOOK_ATTRS = {("sys", "excepthook"), ("threading", "excepthook"), ("sys", "unraisablehook")}
+
+
+def _installs_global_hook(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "register_optimizer_step_pre_hook" or name.startswith("register_module_"):
+            return True
+        return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and (func.value.id, func.attr) in _GLOBAL_HOOK_CALLS)
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                   and (t.value.id, t.attr) in _GLOBAL_HOOK_ATTRS for t in node.targets)
+    return False
+
+
+def test_process_wide_hooks_are_installed_only_by_distrib_hooks():
+    bad = []
+    for name, path in _modules().items():
+        if name == "distrib.hooks":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if _installs_global_hook(node):
+                bad.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
+    assert not bad, "install process-wide hooks through distrib.hooks: " + ", ".join(bad)
+
+
+_ISOLATED_IMPORTS = textwrap.dedent("""
+    import importlib, json, sys
+    import torch  # loaded once; every distrib module is imported afresh below
+    failures = {}
+    for name in json.loads(sys.argv[1]):
+        for loaded in [m for m in sys.modules if m == "distrib" or m.startswith("distrib.")]:
+            del sys.modules[loaded]
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failures[name] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(failures))
+""")
+
+
+def _import_each_alone(names: List[str]) -> Dict[str, str]:
+    proc = subprocess.run([sys.executable, "-c", _ISOLATED_IMPORTS, json.dumps(names)],
+                          capture_output=True, text=True, timeout=600, cwd=SRC.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_subpackage_and_top_level_module_imports_first_on_its_own():
+    """Imported first in a fresh distrib, each must load: an import cycle would fail one of them."""
+    names = sorted(n for n in _modules() if n.count(".") == 1 and not n.endswith("__main__"))
+    names.append("distrib.strategies.parameter_server")
+    assert not _import_each_alone(names)
+
+
+@pytest.mark.slow
+def test_every_module_imports_first_on_its_own():
+    names = sorted(n for n in _modules() if not n.endswith("__main__"))
+    assert not _import_each_alone(names)
