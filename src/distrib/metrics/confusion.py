@@ -57,8 +57,13 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
     weight = None
     if sample_weight is not None:
         w = torch.as_tensor(sample_weight, device=pred.device).to(torch.float64)
-        w, _ = match_ranks(w, pred)
-        weight = w.broadcast_to(pred.shape)
+        while w.dim() < pred.dim():  # one weight per example: the same for all its classes
+            w = w.unsqueeze(-1)
+        try:
+            weight = w.broadcast_to(pred.shape)
+        except RuntimeError:
+            raise ValueError(f"{who}: sample_weight of shape {tuple(torch.as_tensor(sample_weight).shape)} does "
+                             f"not broadcast to the predictions' shape {tuple(pred.shape)}") from None
     if top_k is not None:
         if pred.dim() == 0 or int(top_k) < 1 or int(top_k) > pred.shape[-1]:
             raise ValueError(f"{who}: top_k={top_k} needs predictions with at least {top_k} classes in "
