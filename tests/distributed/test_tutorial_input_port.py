@@ -47,7 +47,7 @@ def test_alone_is_one_replica():
     assert len(re.findall(r"^Loss is", out, re.M)) == 7 + 50     # for-loop over 100/16 batches, then 10 x 5 steps
 
 
-@pytest.mark.parametrize("how", ["devices", "env"])
+@pytest.mark.parametrize("how", ["devices", pytest.param("env", marks=pytest.mark.slow)])
 def test_mirrored_two_local_devices(how):
     out = _run(["--devices", "2"]) if how == "devices" else _run(env={"DISTRIB_LOCAL_DEVICES": "cpu:0,cpu:1"})
     assert _lines(out, "num_replicas_in_sync:") == [2]                  # replica 0 prints, once
