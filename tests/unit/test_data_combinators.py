@@ -44,7 +44,7 @@ def _lines(tmp_path, per_file):
 
 
 def _pipelines(tmp_path):
-    paths = _lines(tmp_path, [3, 0, 5, 2])
+    _lines(tmp_path, [3, 0, 5, 2])
     return {
         "enumerate": lambda: Dataset.range(20).shuffle(20).enumerate(3).batch(3),
         "zip": lambda: Dataset.zip(Dataset.range(30).shuffle(7), Dataset.range(100, 125)).batch(4),
