@@ -147,6 +147,8 @@ def TEXT_PIPELINES(D, text_line_dataset, pattern: str, paths: List[str]) -> Dict
         "list_files_interleave": D.list_files(pattern, shuffle=False).interleave(
             text_line_dataset, cycle_length=2, block_length=1).batch(GLOBAL_BATCH),
         "text_line_paths": text_line_dataset(paths).batch(GLOBAL_BATCH),
+        "slices_interleave": D.from_tensor_slices(paths).interleave(
+            text_line_dataset, cycle_length=1).batch(GLOBAL_BATCH),
         "text_line_of_list_files": text_line_dataset(D.list_files(pattern, shuffle=False)).batch(GLOBAL_BATCH),
         # strings in memory; the last global batch holds one string, so a replica gets an empty one
         "strings_partial_batch": D.from_tensor_slices(["s%d" % i for i in range(9)]).batch(GLOBAL_BATCH),

@@ -7,6 +7,9 @@ least as many files as workers) gives worker ``i`` of ``n`` the files
     files = Dataset.list_files("/data/part-*.txt", shuffle=False)
     ds = files.interleave(TextLineDataset, cycle_length=2)   # or TextLineDataset(files)
 
+``Dataset.from_tensor_slices(paths)`` read through ``TextLineDataset`` (by
+``interleave``/``flat_map`` or ``TextLineDataset(dataset)``) is a file source too.
+
 Lines are ``str`` without their line ending (``\\n`` or ``\\r\\n``), decoded
 as UTF-8. With ``shuffle=True`` (tf.data's default for ``list_files``) each
 worker shuffles its own files; TF shuffles the whole list before sharding, so
@@ -27,7 +30,7 @@ import numpy as np
 from distrib.data.dataset import Dataset
 from distrib.data.sources import FilesDataset
 
-__all__ = ["TextLineDataset", "list_files", "read_lines"]
+__all__ = ["TextLineDataset", "list_files", "read_lines", "as_file_source"]
 
 
 def read_lines(path: str, compression_type: Optional[str] = None) -> np.ndarray:
@@ -69,9 +72,23 @@ def TextLineDataset(filenames: Union[str, Sequence[str], Dataset], compression_t
         num_parallel_reads: accepted; files are still read in order (deterministic).
     """
     if isinstance(filenames, Dataset):
-        return filenames.flat_map(lambda path: TextLineDataset(str(path), compression_type))
+        return as_file_source(filenames).flat_map(lambda path: TextLineDataset(str(path), compression_type))
     paths = [filenames] if isinstance(filenames, (str, np.str_)) else [str(p) for p in filenames]
     return FilesDataset([str(p) for p in paths], _LineReader(compression_type))
+
+
+def as_file_source(dataset: Dataset) -> Dataset:
+    """``from_tensor_slices(paths)`` as a file source (so FILE sharding splits the files, as TF's does).
+
+    Any other dataset is returned as it is.
+    """
+    from distrib.data.sources import TensorSlicesDataset
+
+    if type(dataset) is TensorSlicesDataset:
+        names = dataset._table._structure
+        if isinstance(names, np.ndarray) and names.dtype.kind == "U" and names.ndim == 1 and len(names):
+            return FilesDataset([str(p) for p in names.tolist()], _NameReader())
+    return dataset
 
 
 class _NameReader:
