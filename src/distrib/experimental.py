@@ -6,7 +6,7 @@ from typing import Any
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 
 __all__ = ["CommunicationImplementation", "CommunicationOptions", "CentralStorageStrategy",
-           "ParameterServerStrategy", "coordinator", "partitioners"]
+           "ParameterServerStrategy", "ValueContext", "coordinator", "partitioners"]
 
 _SUBMODULES = {"coordinator": "distrib.coordinator", "partitioners": "distrib.strategies.parameter_server.partitioners"}
 
@@ -18,6 +18,9 @@ def __getattr__(name: str) -> Any:
     if name == "ParameterServerStrategy":
         from distrib.strategies.parameter_server import ParameterServerStrategy
         return ParameterServerStrategy
+    if name == "ValueContext":
+        from distrib.strategies.values import ValueContext
+        return ValueContext
     if name in _SUBMODULES:
         import importlib
 

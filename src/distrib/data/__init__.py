@@ -14,9 +14,11 @@ from distrib.data.input_context import InputContext
 from distrib.data.iterator import DatasetIterator, Optional, OutOfRangeError
 from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKNOWN,
                                   UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options)
+from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
+from distrib.data.text import TextLineDataset
 
 __all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "AutoShardPolicy",
            "InputContext", "TensorSpec", "DatasetIterator", "DistributedDataset",
            "DistributedIterator", "Optional", "OutOfRangeError", "AUTOTUNE", "INFINITE", "UNKNOWN",
-           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental"]
+           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "STRING"]

@@ -60,7 +60,7 @@ class TensorTable(Table):
         self._structure = structure
         self._leaves: List[torch.Tensor] = leaves(structure)
         self._n = leading_size(structure, "from_tensor_slices input") if self._leaves else 0
-        self._single = isinstance(structure, torch.Tensor)
+        self._single = isinstance(structure, torch.Tensor)  # strings go through map_leaves
         self._plain_tuple = type(structure) is tuple and all(
             isinstance(x, torch.Tensor) for x in structure)
 
@@ -68,12 +68,14 @@ class TensorTable(Table):
         return self._n
 
     def gather(self, idx: np.ndarray) -> Any:
-        index = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        index = torch.from_numpy(idx)
         if self._single:
             return torch.index_select(self._structure, 0, index)
         if self._plain_tuple:
             return tuple(torch.index_select(t, 0, index) for t in self._structure)
-        return map_leaves(lambda t: torch.index_select(t, 0, index), self._structure)
+        return map_leaves(lambda t: torch.index_select(t, 0, index) if isinstance(t, torch.Tensor)
+                          else t[idx], self._structure)
 
     def row(self, i: int) -> Any:
         if self._single:

@@ -99,17 +99,57 @@ class Dataset:
         return RangeDataset(*args, dtype=output_type if output_type is not None else dtype)
 
     @staticmethod
-    def from_generator(generator: Callable[..., Any], output_signature: Any = None,
-                       args: Sequence[Any] = ()) -> "Dataset":
+    def from_generator(generator: Callable[..., Any], output_types: Any = None, output_shapes: Any = None,
+                       args: Optional[Sequence[Any]] = None, output_signature: Any = None,
+                       name: Optional[str] = None) -> "Dataset":
         """Elements yielded by ``generator(*args)``, called anew on every pass.
 
-        ``output_signature`` (a structure of `TensorSpec`) fixes dtypes and checks shapes.
+        ``output_signature`` (a structure of `TensorSpec`) fixes dtypes and checks
+        shapes; tf.data's older ``output_types`` / ``output_shapes`` do the same
+        (types: torch/numpy dtypes, names like ``"int64"``, or ``"string"``).
         Restoring an iterator re-runs the generator and skips what was consumed,
         so the generator must be deterministic for exact resume.
         """
+        from distrib.data.generators import signature_from_types
         from distrib.data.sources import GeneratorDataset
+        from distrib.data.structure import TensorSpec, leaves
 
-        return GeneratorDataset(generator, output_signature, tuple(args))
+        if output_types is not None and output_signature is None and all(
+                isinstance(x, TensorSpec) for x in leaves(output_types)):
+            output_types, output_signature = None, output_types  # from_generator(gen, signature)
+        if output_types is not None:
+            if output_signature is not None:
+                raise TypeError("from_generator: give output_signature or output_types, not both")
+            output_signature = signature_from_types(output_types, output_shapes)
+        elif output_shapes is not None:
+            raise TypeError("from_generator: output_shapes needs output_types (or use output_signature)")
+        return GeneratorDataset(generator, output_signature, tuple(args or ()))
+
+    @staticmethod
+    def zip(*datasets: Any, name: Optional[str] = None) -> "Dataset":
+        """Elements of several datasets side by side, stopping at the shortest.
+
+        ``Dataset.zip((a, b))`` (a tuple or dict of datasets, nesting allowed)
+        or ``Dataset.zip(a, b)``; the element has the structure of the argument.
+        """
+        from distrib.data.combinators import zip_datasets
+
+        if len(datasets) == 1 and not isinstance(datasets[0], Dataset):
+            return zip_datasets(datasets[0])
+        if not datasets:
+            raise TypeError("Dataset.zip needs datasets: Dataset.zip((a, b)) or Dataset.zip(a, b)")
+        return zip_datasets(tuple(datasets))
+
+    @staticmethod
+    def list_files(file_pattern: Union[str, Sequence[str]], shuffle: Optional[bool] = None,
+                   seed: Optional[int] = None, name: Optional[str] = None) -> "Dataset":
+        """The paths matching a glob (or globs) as str elements; a file source for FILE sharding.
+
+        Shuffled unless ``shuffle=False``, as in tf.data (see `distrib.data.text`).
+        """
+        from distrib.data.text import list_files
+
+        return list_files(file_pattern, shuffle, seed)
 
     @staticmethod
     def from_files(paths: Union[str, Sequence[str]], reader: Callable[[str], Any]) -> "Dataset":
@@ -213,6 +253,54 @@ class Dataset:
 
         return OptionsDataset(self, options)
 
+    def enumerate(self, start: int = 0, name: Optional[str] = None) -> "Dataset":
+        """``(index, element)`` pairs, the index an int64 scalar counting from ``start``."""
+        from distrib.data.combinators import EnumerateDataset
+
+        return EnumerateDataset(self, start)
+
+    def concatenate(self, dataset: "Dataset", name: Optional[str] = None) -> "Dataset":
+        """This dataset's elements, then ``dataset``'s (same structure)."""
+        from distrib.data.combinators import ConcatenateDataset
+
+        return ConcatenateDataset(self, dataset)
+
+    def interleave(self, map_func: Callable[..., "Dataset"], cycle_length: Optional[int] = None,
+                   block_length: Optional[int] = None, num_parallel_calls: Optional[int] = None,
+                   deterministic: Optional[bool] = None, name: Optional[str] = None) -> "Dataset":
+        """Elements of ``map_func(x)`` for each element ``x``, ``cycle_length`` datasets at a time.
+
+        ``block_length`` consecutive elements come from each open dataset in turn
+        (tf.data's order; ``num_parallel_calls`` is accepted, the order stays
+        deterministic). ``cycle_length`` defaults to the number of CPU cores, as in TF.
+
+        Example:
+            >>> [int(v) for v in Dataset.range(2).interleave(
+            ...     lambda x: Dataset.range(3).map(lambda y: 10 * x + y), cycle_length=2, block_length=2)]
+            [0, 1, 10, 11, 2, 12]
+        """
+        from distrib.data.combinators import InterleaveDataset
+
+        return InterleaveDataset(self, map_func, cycle_length, block_length)
+
+    def flat_map(self, map_func: Callable[..., "Dataset"], name: Optional[str] = None) -> "Dataset":
+        """The elements of ``map_func(x)`` for each element ``x``, one dataset after another."""
+        from distrib.data.combinators import InterleaveDataset
+
+        return InterleaveDataset(self, map_func, 1, 1, where="flat_map")
+
+    def padded_batch(self, batch_size: int, padded_shapes: Any = None, padding_values: Any = None,
+                     drop_remainder: bool = False, name: Optional[str] = None) -> "Dataset":
+        """Batches of elements of different shapes, padded at the end of each dimension.
+
+        ``padded_shapes`` (per component, ``None``/-1 = the batch's largest) and
+        ``padding_values`` (default 0, ``""`` for strings) as in tf.data; see
+        `distrib.data.padding`.
+        """
+        from distrib.data.padding import PaddedBatchDataset
+
+        return PaddedBatchDataset(self, batch_size, padded_shapes, padding_values, drop_remainder)
+
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``."""
         return transformation_func(self)
@@ -276,10 +364,13 @@ class Dataset:
 
     def as_numpy_iterator(self) -> Iterator[Any]:
         """The elements with every tensor as a numpy array (a numpy scalar when 0-d), as in tf.data."""
+        import torch
+
         from distrib.data.structure import map_leaves
 
         for element in self:
-            yield map_leaves(lambda t: t.numpy()[()] if t.dim() == 0 else t.numpy(), element)
+            yield map_leaves(lambda t: (t.numpy()[()] if t.dim() == 0 else t.numpy())
+                             if isinstance(t, torch.Tensor) else t, element)
 
     def __repr__(self) -> str:
         card = self._cardinality()

@@ -126,7 +126,8 @@ class DistributedIterator:
         if self._spec is None:
             self._spec = loosen_batch(spec_of(value))
         if self._device is not None:
-            value = map_leaves(lambda t: t.to(self._device, non_blocking=True), value)
+            value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
+                               if isinstance(t, torch.Tensor) else t, value)
         return value
 
     def __iter__(self) -> "DistributedIterator":

@@ -55,7 +55,7 @@ def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) 
             _log.debug("auto_shard_policy AUTO: sharding by FILE (%d files over %d workers)",
                        len(files[0].paths), num_workers)
             return AutoShardPolicy.FILE
-        reason = ("the pipeline does not read files through Dataset.from_files" if not files else
+        reason = ("the pipeline reads no files (Dataset.from_files, list_files, TextLineDataset)" if not files else
                   f"it reads {len(files)} file sources" if len(files) > 1 else
                   f"{len(files[0].paths)} files are fewer than {num_workers} workers")
         _log.debug("auto_shard_policy AUTO: sharding by DATA (%s)", reason)
@@ -66,7 +66,8 @@ def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) 
             return AutoShardPolicy.OFF
         if len(files) != 1:
             raise ValueError(f"AutoShardPolicy.FILE needs a pipeline that reads its files through one "
-                             f"Dataset.from_files, this one has {len(files)}: use AutoShardPolicy.DATA")
+                             f"Dataset.from_files, list_files or TextLineDataset, this one has {len(files)}: "
+                             f"use AutoShardPolicy.DATA")
         if len(files[0].paths) < num_workers:
             raise ValueError(f"AutoShardPolicy.FILE: {len(files[0].paths)} files for {num_workers} "
                              f"workers; every worker needs at least one file: split the data into at "

@@ -22,7 +22,8 @@ from distrib.data.blocks import IndexBlock, ListBlock, RangeTable, Table, Tensor
 from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext
-from distrib.data.structure import (TensorSpec, leaves, map_leaves, to_structure,
+from distrib.data.strings import STRING
+from distrib.data.structure import (TensorSpec, _short, leaves, map_leaves, to_structure,
                                     to_tensor)
 
 __all__ = ["TableDataset", "TensorSlicesDataset", "TensorsDataset", "RangeDataset",
@@ -117,7 +118,7 @@ class TensorSlicesDataset(TableDataset):
 
     def __init__(self, tensors: Any) -> None:
         structure = _to_tf_structure(tensors, "from_tensor_slices")
-        if any(t.dim() == 0 for t in leaves(structure)):
+        if any(t.ndim == 0 for t in leaves(structure)):
             raise ValueError("from_tensor_slices needs tensors with at least one dimension to slice; "
                              "use from_tensors for a single element")
         super().__init__(TensorTable(structure))
@@ -163,6 +164,8 @@ class GeneratorDataset(Dataset):
         return ElementsIterator(lambda: self._generator(*self._args), self._convert, state)
 
     def _static_spec(self) -> Any:
+        if self._signature is not None and any(s.shape is None for s in leaves(self._signature)):
+            return None  # output_types without output_shapes: read the spec from an element
         return self._signature
 
 
@@ -281,6 +284,11 @@ def _conform(value: Any, signature: Any) -> Any:
     """Convert a generator's value to the dtypes of ``signature`` and check its shapes."""
     if isinstance(signature, TensorSpec):
         t = to_tensor(value)
+        if signature.dtype == STRING or not isinstance(t, torch.Tensor):
+            if not signature.is_compatible_with(t):
+                raise ValueError(f"from_generator yielded {_short(value)} where output_signature says "
+                                 f"{signature.dtype} of shape {signature.shape}")
+            return t
         if t.dtype != signature.dtype:
             t = t.to(signature.dtype)
         if not signature.is_compatible_with(t):

@@ -22,6 +22,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from distrib.data.strings import STRING, cat_strings, is_string_leaf, stack_strings, to_string_leaf
+
 __all__ = [
     "TensorSpec", "is_structure", "map_leaves", "leaves", "to_tensor", "to_structure",
     "spec_of", "batched_spec", "unbatched_spec", "stack_structures", "cat_structures",
@@ -37,8 +39,12 @@ class TensorSpec:
     shape: Tuple[Optional[int], ...]
     dtype: torch.dtype
 
-    def is_compatible_with(self, value: torch.Tensor) -> bool:
+    def is_compatible_with(self, value: Any) -> bool:
         """True when ``value`` has this dtype and rank, and every known dimension matches."""
+        if self.dtype == STRING or not isinstance(value, torch.Tensor):
+            shape = np.shape(value)
+            return (self.dtype == STRING and is_string_leaf(value) and len(shape) == len(self.shape)
+                    and all(s is None or s == v for s, v in zip(self.shape, shape)))
         return (value.dtype == self.dtype and value.dim() == len(self.shape)
                 and all(s is None or s == v for s, v in zip(self.shape, value.shape)))
 
@@ -86,9 +92,14 @@ def _zip_map(fn: Callable[[List[Any]], Any], values: Sequence[Any]) -> Any:
 
 
 def to_tensor(value: Any) -> torch.Tensor:
-    """One leaf as a tensor; numpy keeps its dtype and shares memory where it can."""
+    """One leaf as a tensor; numpy keeps its dtype and shares memory where it can.
+
+    Strings (str, bytes, lists and numpy arrays of them) stay strings: see `distrib.data.strings`.
+    """
     if isinstance(value, torch.Tensor):
         return value
+    if is_string_leaf(value):
+        return to_string_leaf(value)
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "OUSV":
             raise TypeError(f"cannot make a tensor from a numpy array of dtype {value.dtype}: "
@@ -116,7 +127,11 @@ def to_structure(value: Any) -> Any:
 
 def spec_of(value: Any) -> Any:
     """The `TensorSpec` structure of an element of tensors."""
-    return map_leaves(lambda t: TensorSpec(tuple(t.shape), t.dtype), value)
+    def one(t: Any) -> TensorSpec:
+        if isinstance(t, torch.Tensor):
+            return TensorSpec(tuple(t.shape), t.dtype)
+        return TensorSpec(tuple(np.shape(t)), STRING)
+    return map_leaves(one, value)
 
 
 def batched_spec(spec: Any, batch: Optional[int]) -> Any:
@@ -136,11 +151,13 @@ def loosen_batch(spec: Any) -> Any:
 
 def stack_structures(elements: Sequence[Any]) -> Any:
     """Stack same-shaped elements into one batch (new leading dimension)."""
-    def stack(parts: List[torch.Tensor]) -> torch.Tensor:
+    def stack(parts: List[Any]) -> Any:
         try:
+            if not isinstance(parts[0], torch.Tensor):
+                return stack_strings(parts)
             return torch.stack(parts)
-        except RuntimeError:
-            shapes = sorted({tuple(p.shape) for p in parts})
+        except (RuntimeError, ValueError):
+            shapes = sorted({tuple(np.shape(p)) for p in parts})
             raise ValueError(f"cannot batch elements of different shapes {shapes[:3]}: "
                              "make them equal with map() before batch()") from None
     try:
@@ -155,11 +172,13 @@ def cat_structures(batches: Sequence[Any]) -> Any:
     if len(batches) == 1:
         return batches[0]
 
-    def cat(parts: List[torch.Tensor]) -> torch.Tensor:
+    def cat(parts: List[Any]) -> Any:
         try:
+            if not isinstance(parts[0], torch.Tensor):
+                return cat_strings(parts)
             return torch.cat(parts)
-        except RuntimeError:
-            shapes = sorted({tuple(p.shape[1:]) for p in parts})
+        except (RuntimeError, ValueError):
+            shapes = sorted({tuple(np.shape(p)[1:]) for p in parts})
             raise ValueError(f"cannot batch elements of different shapes {shapes[:3]}: "
                              "make them equal with map() before batch()") from None
     return _zip_map(cat, list(batches))
@@ -169,7 +188,7 @@ def leading_size(value: Any, what: str = "element") -> int:
     """The common leading dimension of every tensor in ``value``; an error when there is none."""
     sizes = set()
     for t in leaves(value):
-        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        if not isinstance(t, (torch.Tensor, np.ndarray)) or t.ndim == 0:
             raise ValueError(f"{what} has a scalar component, so it has no batch dimension to split: "
                              "batch the dataset with the global batch size first (.batch(global_batch))")
         sizes.add(int(t.shape[0]))
@@ -188,8 +207,10 @@ def slice_structure(value: Any, lo: int, hi: int) -> Any:
 
 def empty_from_spec(spec: Any) -> Any:
     """A batch of zero examples matching a (batched) spec; unknown inner dimensions become 0."""
-    return map_leaves(lambda s: torch.empty((0,) + tuple(d or 0 for d in s.shape[1:]),
-                                            dtype=s.dtype), spec)
+    def empty(s: TensorSpec) -> Any:
+        shape = (0,) + tuple(d or 0 for d in s.shape[1:])
+        return np.empty(shape, dtype="<U1") if s.dtype == STRING else torch.empty(shape, dtype=s.dtype)
+    return map_leaves(empty, spec)
 
 
 def call_unpacked(fn: Callable, element: Any) -> Any:
@@ -213,7 +234,8 @@ def spec_to_json(spec: Any) -> Any:
 def spec_from_json(obj: Any) -> Any:
     """Inverse of `spec_to_json` (namedtuples come back as tuples)."""
     if "shape" in obj:
-        return TensorSpec(tuple(obj["shape"]), getattr(torch, obj["dtype"]))
+        dtype = STRING if obj["dtype"] == STRING else getattr(torch, obj["dtype"])
+        return TensorSpec(tuple(obj["shape"]), dtype)
     if "dict" in obj:
         return {k: spec_from_json(v) for k, v in obj["dict"].items()}
     seq = [spec_from_json(v) for v in obj["seq"]]

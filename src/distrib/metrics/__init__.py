@@ -26,9 +26,11 @@ from distrib.metrics.accuracy import (
 from distrib.metrics.aggregation import global_results
 from distrib.metrics.auc import AUC
 from distrib.metrics.base import Metric
+from distrib.metrics.confusion import Precision, Recall
 from distrib.metrics.reduction import Mean, MeanMetricWrapper, Sum
 from distrib.metrics.registry import deserialize, get, resolve_accuracy, serialize
 from distrib.metrics.regression import MeanAbsoluteError, MeanSquaredError
+from distrib.metrics.top_k import TopKCategoricalAccuracy, top_k_categorical_accuracy
 
 __all__ = [
     "Metric",
@@ -42,6 +44,10 @@ __all__ = [
     "MeanSquaredError",
     "MeanAbsoluteError",
     "AUC",
+    "Precision",
+    "Recall",
+    "TopKCategoricalAccuracy",
+    "top_k_categorical_accuracy",
     "accuracy",
     "binary_accuracy",
     "categorical_accuracy",

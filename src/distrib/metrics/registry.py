@@ -36,13 +36,15 @@ from distrib.metrics.auc import AUC
 from distrib.metrics.base import Metric
 from distrib.metrics.reduction import Mean, MeanMetricWrapper, Sum
 from distrib.metrics.regression import MeanAbsoluteError, MeanSquaredError
+from distrib.metrics.confusion import Precision, Recall
+from distrib.metrics.top_k import TopKCategoricalAccuracy
 
 __all__ = ["get", "serialize", "deserialize", "resolve_accuracy", "CLASSES", "ALIASES"]
 
 CLASSES: Dict[str, type] = {
     cls.__name__: cls
     for cls in (Mean, Sum, Accuracy, BinaryAccuracy, CategoricalAccuracy, SparseCategoricalAccuracy,
-                MeanSquaredError, MeanAbsoluteError, AUC)
+                MeanSquaredError, MeanAbsoluteError, AUC, Precision, Recall, TopKCategoricalAccuracy)
 }
 
 ALIASES: Dict[str, type] = {
@@ -54,6 +56,9 @@ ALIASES: Dict[str, type] = {
     "mae": MeanAbsoluteError,
     "mean_absolute_error": MeanAbsoluteError,
     "auc": AUC,
+    "precision": Precision,
+    "recall": Recall,
+    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
     "mean": Mean,
     "sum": Sum,
 }

@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -96,6 +96,9 @@ class CentralStorageStrategy(Strategy):
                     held.end_replica()
         self._local_id = 0
         return PerReplica(tuple(results))
+
+    def _replicas_in_process(self) -> Tuple[int, ...]:
+        return tuple(range(self.num_replicas_in_sync))
 
     # -------------------------------------------------------------- input
     def input_placement(self) -> InputPlacement:

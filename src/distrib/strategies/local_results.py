@@ -23,6 +23,7 @@ import threading
 from datetime import timedelta
 from typing import Any, List, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from distrib.comm.errors import DistribCommError, first_line
@@ -87,6 +88,11 @@ class LocalResults:
 def _gather_leaf(leaf: Any, group: Any, count: int) -> List[Any]:
     if isinstance(leaf, torch.Tensor):
         return _gather_tensor(leaf, group, count)
+    if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "U":  # a batch of strings (distrib.data)
+        rows = _gather_leaf({"strings": leaf.tolist(), "shape": list(leaf.shape)}, group, count)
+        return [np.asarray(r["strings"], dtype=str).reshape(r["shape"]) for r in rows]
+    if isinstance(leaf, np.str_):
+        leaf = str(leaf)
     try:
         data = json.dumps(leaf).encode()
     except (TypeError, ValueError):
