@@ -16,6 +16,11 @@ Example (the guide's one-layer model; numpy inputs, batch 10 split among replica
     >>> sorted(history.history)
     ['loss']
 
+`Model` is a facade: its compiled state (optimizer, loss, metrics,
+``stop_training``, ``history``, ``train_loop_state``) lives in a
+`distrib.training.loop.TrainingLoop` (``model.loop``), which runs fit,
+evaluate and predict; the methods here delegate to it.
+
 Saving: ``model.save(path)`` writes weights, optimizer state, the compile
 configuration and how to rebuild the module (see `distrib.training.saving`);
 `distrib.models.load_model(path)` returns a compiled model that continues
