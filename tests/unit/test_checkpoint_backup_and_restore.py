@@ -144,3 +144,21 @@ def test_bad_arguments():
         BackupAndRestore("/tmp/x", save_freq=0)
     with pytest.raises(ValueError, match="backup_dir is required"):
         BackupAndRestore("")
+
+
+def test_steps_per_execution_backs_up_where_an_execution_reaches_save_freq(tmp_path):
+    def fit(callbacks):
+        model = _model()
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"], steps_per_execution=4)
+        return _fit(model, callbacks)
+
+    reference = fit([])
+    backup = str(tmp_path / "backup")
+    # executions end at global steps 4, 6 | 10, 12 | 16, 18; save_freq=5 is reached by those ending at 6, 10, 16
+    with pytest.raises(Interrupted):
+        fit([BackupAndRestore(backup, save_freq=5, save_before_preemption=False, max_to_keep=5), InterruptAt(12)])
+    assert sorted(os.listdir(backup)) == ["backup-10", "backup-6", "checkpoint"]
+    resumed = BackupAndRestore(backup, save_freq=5, save_before_preemption=False)
+    final = fit([resumed])
+    assert resumed.restored_from == os.path.join(backup, "backup-10")
+    assert _same(final, reference)

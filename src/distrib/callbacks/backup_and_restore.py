@@ -15,6 +15,9 @@ When to save:
   resuming starts the next epoch.
 * ``save_freq=N``: whenever the global step is a multiple of ``N``; resuming
   runs the rest of that epoch (and its validation and ``on_epoch_end``).
+  With ``compile(steps_per_execution=k)`` the batch hooks run once per
+  execution, so the backup is taken at the end of the execution that
+  reaches the multiple.
 * preemption (``save_before_preemption=True``): when SIGTERM reaches any
   worker, all workers agree at the next step boundary, save there, and exit
   with `distrib.process.exit_codes.RESTART_EXIT_CODE` (75) for the launcher to
@@ -88,6 +91,7 @@ class BackupAndRestore(Callback):
         self._manager: Optional[CheckpointManager] = None
         self._watcher: Optional[PreemptionWatcher] = None
         self._preempted = False
+        self._last_step = 0  # global step at the last on_train_batch_end (or on_train_begin)
         #: The backup restored by the last ``on_train_begin`` (None on a fresh start).
         self.restored_from: Optional[str] = None
 
@@ -100,6 +104,7 @@ class BackupAndRestore(Callback):
         self._manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=self.max_to_keep,
                                           checkpoint_name="backup")
         self.restored_from = self._manager.restore_or_initialize()
+        self._last_step = self.model.train_loop_state.global_step
         self._preempted = False
         if self.save_before_preemption:
             self._watcher = PreemptionWatcher().install()
@@ -107,8 +112,10 @@ class BackupAndRestore(Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self._check_preemption():
             return
-        if isinstance(self.save_freq, int) and self.model.train_loop_state.global_step % self.save_freq == 0:
-            self._save()
+        step, last = self.model.train_loop_state.global_step, self._last_step
+        self._last_step = step
+        if isinstance(self.save_freq, int) and step // self.save_freq > last // self.save_freq:
+            self._save()  # this execution reached a multiple of save_freq
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():

@@ -15,7 +15,7 @@ last step of an epoch; ``on_*_batch_end`` receives them on those steps and
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Tuple, Union
 
 __all__ = ["resolve_verbose", "make_callback_list"]
 
@@ -32,8 +32,12 @@ def resolve_verbose(verbose: Union[str, int], strategy: Any) -> int:
 
 
 def make_callback_list(model: Any, callbacks: Optional[Iterable[Any]], *, verbose: int,
-                       add_history: bool, epochs: int, steps: Optional[int], log_every: int) -> Any:
-    """A `CallbackList` with the model and params set."""
+                       add_history: bool, epochs: int, steps: Optional[int],
+                       log_every: int) -> Tuple[Any, Optional[Any]]:
+    """``(CallbackList with the model and params set, its History or None)``.
+
+    ``model`` is what the callbacks see as ``self.model`` (the `distrib.Model`).
+    """
     from distrib import callbacks as cb
 
     if isinstance(callbacks, cb.CallbackList):
@@ -48,13 +52,13 @@ def make_callback_list(model: Any, callbacks: Optional[Iterable[Any]], *, verbos
     items = list(user)
     if verbose and progbar_cls is not None and not any(isinstance(c, progbar_cls) for c in items):
         items.insert(0, progbar_cls())
+    history = None
     if add_history and history_cls is not None:
         history = next((c for c in items if isinstance(c, history_cls)), None)
         if history is None:
             history = history_cls()
             items.append(history)
-        model.history = history
     callback_list = cb.CallbackList(items)
     callback_list.set_model(model)
     callback_list.set_params({"verbose": verbose, "epochs": epochs, "steps": steps, "log_every": log_every})
-    return callback_list
+    return callback_list, history

@@ -20,7 +20,7 @@ Every global batch is split among the replicas by
 divided by. ``class_weight`` turns into per-example weights.
 
 Example (2 replicas, 100 examples, batch_size=10):
-    >>> handler = make_handler(model, x, y, sample_weight=None, batch_size=10, shuffle=True,
+    >>> handler = make_handler(strategy, module, x, y, sample_weight=None, batch_size=10, shuffle=True,
     ...                        class_weight=None, purpose="fit")
     >>> handler.steps_per_pass
     10
@@ -28,7 +28,7 @@ Example (2 replicas, 100 examples, batch_size=10):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,10 +36,7 @@ import torch
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import flatten, map_structure
 
-if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.model import Model
-
-__all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE"]
+__all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "is_array_structure", "count_rows"]
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -48,17 +45,17 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, torch.Tensor))
 
 
-def _is_array_structure(value: Any) -> bool:
+def is_array_structure(value: Any) -> bool:
     if _is_array(value):
         return True
     if isinstance(value, (list, tuple)) and value and not hasattr(value, "_fields"):
-        return all(_is_array_structure(v) for v in value)
+        return all(is_array_structure(v) for v in value)
     if isinstance(value, dict) and value:
-        return all(_is_array_structure(v) for v in value.values())
+        return all(is_array_structure(v) for v in value.values())
     return False
 
 
-def _rows(value: Any, what: str) -> int:
+def count_rows(value: Any, what: str) -> int:
     sizes = {int(np.shape(v)[0]) if np.ndim(v) else -1 for v in flatten(value)}
     if -1 in sizes:
         raise ValueError(f"{what} has a scalar component; give one row per example")
@@ -74,8 +71,8 @@ def _as_tensor(value: Any, float_dtype: Optional[torch.dtype]) -> torch.Tensor:
     return t
 
 
-def _model_float_dtype(model: "Model") -> Optional[torch.dtype]:
-    for p in model.module.parameters():
+def _model_float_dtype(module: torch.nn.Module) -> Optional[torch.dtype]:
+    for p in module.parameters():
         if p.is_floating_point():
             return p.dtype
     return None
@@ -116,10 +113,10 @@ class DataHandler:
         seed: shuffle seed (the same on every worker).
     """
 
-    def __init__(self, model: "Model", dataset: Any, steps_per_pass: Optional[int], *,
+    def __init__(self, strategy: Any, dataset: Any, steps_per_pass: Optional[int], *,
                  shuffle_rows: Optional[int] = None, class_weight: Optional[torch.Tensor] = None,
                  distributed: Any = None, rows: Optional[int] = None, batch_size: Optional[int] = None) -> None:
-        self._model = model
+        self._strategy = strategy
         self._dataset = dataset
         self._distributed = distributed
         self._class_weight = class_weight
@@ -135,14 +132,13 @@ class DataHandler:
                 if self.seed is None:
                     raise RuntimeError("DataHandler: set the shuffle seed before iterating")
                 dataset = dataset(self.seed)
-            strategy = self._model.distribute_strategy
-            self._distributed = strategy.experimental_distribute_dataset(dataset)
+            self._distributed = self._strategy.experimental_distribute_dataset(dataset)
         return self._distributed
 
     def make_iterator(self) -> "StepIterator":
         """An iterator over the next pass (or over the rest of a restored one)."""
         inner = iter(self._distributed_dataset())
-        return StepIterator(inner, self._model.distribute_strategy, self._class_weight, self)
+        return StepIterator(inner, self._strategy, self._class_weight, self)
 
     def state_dict(self) -> Dict[str, Any]:
         return self._distributed_dataset().state_dict()
@@ -217,18 +213,20 @@ def _check_global_batch(batch_size: int, strategy: Any) -> None:
                          f"use a multiple of {n} (e.g. {lo or hi} or {hi})")
 
 
-def make_handler(model: "Model", x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
+def make_handler(strategy: Any, module: torch.nn.Module, x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
                  shuffle: bool, class_weight: Optional[Dict[Any, float]], purpose: str) -> DataHandler:
-    """A `DataHandler` for ``x`` (see the module docstring); ``purpose`` is fit, evaluate or predict."""
+    """A `DataHandler` for ``x`` (see the module docstring); ``purpose`` is fit, evaluate or predict.
+
+    ``module`` gives the floating dtype arrays are cast to.
+    """
     from distrib.data import Dataset
     from distrib.data.adapters import as_dataset
     from distrib.data.distributed import DistributedDataset
 
     if x is None:
         raise ValueError(f"{purpose}() needs data: pass x (and y), or a dataset")
-    strategy = model.distribute_strategy
     table = _class_weight_tensor(class_weight) if class_weight else None
-    if _is_array_structure(x):
+    if is_array_structure(x):
         if batch_size is None:
             batch_size = DEFAULT_BATCH_SIZE
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -236,14 +234,14 @@ def make_handler(model: "Model", x: Any, y: Any, *, sample_weight: Any, batch_si
         _check_global_batch(batch_size, strategy)
         if purpose != "predict" and y is None:
             raise ValueError(f"{purpose}() got arrays x without y: pass y (the targets)")
-        n = _rows(x, "x")
+        n = count_rows(x, "x")
         if n == 0:
             raise ValueError(f"{purpose}(): x has no examples")
         for name, value in (("y", y), ("sample_weight", sample_weight)):
-            if value is not None and _rows(value, name) != n:
-                raise ValueError(f"{purpose}(): x has {n} examples but {name} has {_rows(value, name)}; "
+            if value is not None and count_rows(value, name) != n:
+                raise ValueError(f"{purpose}(): x has {n} examples but {name} has {count_rows(value, name)}; "
                                  "give one entry per example")
-        dtype = _model_float_dtype(model)
+        dtype = _model_float_dtype(module)
         columns = [map_structure(lambda v: _as_tensor(v, dtype), x)]
         if purpose != "predict":
             columns.append(map_structure(lambda v: _as_tensor(v, dtype), y))
@@ -252,10 +250,10 @@ def make_handler(model: "Model", x: Any, y: Any, *, sample_weight: Any, batch_si
         source = Dataset.from_tensor_slices(tuple(columns))
         steps = -(-n // batch_size)
         if shuffle and purpose == "fit":
-            return DataHandler(model, lambda seed: source.shuffle(n, seed=seed).batch(batch_size).repeat(),
+            return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size).repeat(),
                                steps, shuffle_rows=n, class_weight=table, rows=n, batch_size=batch_size)
         pipeline = source.batch(batch_size)
-        return DataHandler(model, pipeline.repeat() if purpose == "fit" else pipeline, steps,
+        return DataHandler(strategy, pipeline.repeat() if purpose == "fit" else pipeline, steps,
                            class_weight=table, rows=n, batch_size=batch_size)
     if y is not None:
         raise ValueError(f"{purpose}(): y must not be given when x is a dataset or loader "
@@ -267,7 +265,7 @@ def make_handler(model: "Model", x: Any, y: Any, *, sample_weight: Any, batch_si
         if batch_size is not None:
             raise ValueError(f"{purpose}(batch_size=...) must not be given for a distributed dataset: "
                              "it is already batched")
-        return DataHandler(model, None, _cardinality(x), class_weight=table, distributed=x)
+        return DataHandler(strategy, None, _cardinality(x), class_weight=table, distributed=x)
     if isinstance(x, torch.utils.data.Dataset) and not isinstance(x, torch.utils.data.IterableDataset):
         dataset = as_dataset(x).batch(batch_size or DEFAULT_BATCH_SIZE)
         _check_global_batch(batch_size or DEFAULT_BATCH_SIZE, strategy)
@@ -276,7 +274,7 @@ def make_handler(model: "Model", x: Any, y: Any, *, sample_weight: Any, batch_si
             raise ValueError(f"{purpose}(batch_size=...) must not be given for a {type(x).__name__}: "
                              "its batches are the global batches; batch it yourself")
         dataset = as_dataset(x)
-    return DataHandler(model, dataset, _cardinality(dataset), class_weight=table)
+    return DataHandler(strategy, dataset, _cardinality(dataset), class_weight=table)
 
 
 def _cardinality(dataset: Any) -> Optional[int]:

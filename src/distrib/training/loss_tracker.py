@@ -22,7 +22,7 @@ import torch
 
 from distrib.comm.collective import ReduceOp
 
-__all__ = ["LossTracker", "default_log_every"]
+__all__ = ["LossTracker"]
 
 
 class LossTracker:
@@ -82,14 +82,3 @@ class LossTracker:
         self._total = torch.zeros((), dtype=torch.float64, device=device) if zero else total.to(device)
         self._count = int(torch.as_tensor(state["count"]))
 
-
-def default_log_every(steps: Optional[int]) -> int:
-    """Steps between progress/log updates: about 16 per epoch when its length is known.
-
-    Example:
-        >>> default_log_every(70), default_log_every(5), default_log_every(None)
-        (5, 1, 20)
-    """
-    if steps is None:
-        return 20
-    return max(1, -(-int(steps) // 16))

@@ -16,6 +16,11 @@ Example (the guide's one-layer model; numpy inputs, batch 10 split among replica
     >>> sorted(history.history)
     ['loss']
 
+`Model` is a facade: its compiled state (optimizer, loss, metrics,
+``stop_training``, ``history``, ``train_loop_state``) lives in a
+`distrib.training.loop.TrainingLoop` (``model.loop``), which runs fit,
+evaluate and predict; the methods here delegate to it.
+
 Saving: ``model.save(path)`` writes weights, optimizer state, the compile
 configuration and how to rebuild the module (see `distrib.training.saving`);
 `distrib.models.load_model(path)` returns a compiled model that continues
@@ -29,12 +34,10 @@ import numpy as np
 import torch
 
 from distrib.strategies import context
-from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
-from distrib.training.global_logs import global_logs
+from distrib.training import model_state
+from distrib.training.loop import TrainingLoop
 from distrib.training.loop_state import TrainLoopState
-from distrib.training.loss_tracker import LossTracker
 from distrib.training.serialization import import_by_path, to_spec
-from distrib.training import model_state, steps
 
 __all__ = ["Model"]
 
@@ -69,58 +72,113 @@ class Model:
                              f"got {builder!r}")
         if builder_kwargs is not None:
             to_spec(builder_kwargs, "builder_kwargs")  # fails early if not JSON-describable
-        self._strategy = context.get_strategy()
-        self.module = module
-        self._strategy.track_module(module)
+        strategy = context.get_strategy()
+        strategy.track_module(module)
         self.builder = builder
         self.builder_kwargs = dict(builder_kwargs or {})
-        self.name = name or type(module).__name__
-        self.stop_training = False
-        self.history: Any = None
-        self.train_loop_state = TrainLoopState()
-        #: Steps between log/progress updates in fit/evaluate/predict; None: about 16 per epoch.
-        self.log_every: Optional[int] = None
-        self._compile_args: Optional[Dict[str, Any]] = None
-        self.optimizer: Any = None
-        self._torch_optimizer: Optional[torch.optim.Optimizer] = None
-        #: fit's loss scaling under the mixed_float16 policy (made on first use).
-        self._loss_scale_optimizer: Any = None
-        self._compiled_loss: Optional[CompiledLoss] = None
-        self._compiled_metrics: Optional[CompiledMetrics] = None
-        self._loss_tracker = LossTracker(self._strategy)
-        self._pending_metric_state: Optional[Dict[str, Any]] = None
+        self._loop = TrainingLoop(module, strategy, name=name or type(module).__name__, owner=self)
 
     # ------------------------------------------------------------ identity
     @property
+    def loop(self) -> TrainingLoop:
+        """The `TrainingLoop` that holds the compiled state and runs fit / evaluate / predict."""
+        return self._loop
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The wrapped ``torch.nn.Module``."""
+        return self._loop.module
+
+    @module.setter
+    def module(self, module: torch.nn.Module) -> None:
+        self._loop.module = module
+
+    @property
+    def name(self) -> str:
+        return self._loop.name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._loop.name = name
+
+    @property
     def distribute_strategy(self) -> Any:
         """The strategy whose scope the model was created in."""
-        return self._strategy
+        return self._loop.strategy
 
     @property
     def compiled(self) -> bool:
-        return self._compile_args is not None
+        return self._loop.compiled
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer given to (or built by) `compile`."""
+        return self._loop.optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: Any) -> None:
+        self._loop.optimizer = optimizer
 
     @property
     def torch_optimizer(self) -> Optional[torch.optim.Optimizer]:
         """The ``torch.optim.Optimizer`` that steps the parameters (built by `compile`)."""
-        return self._torch_optimizer
+        return self._loop.torch_optimizer
+
+    @property
+    def _loss_scale_optimizer(self) -> Any:
+        return self._loop.loss_scale_optimizer
 
     @property
     def loss(self) -> Any:
         """The ``loss`` given to `compile`."""
-        return None if self._compile_args is None else self._compile_args["loss"]
+        return self._loop.loss
 
     @property
     def metrics(self) -> List[Any]:
         """The loss tracker followed by the compiled metric objects (Keras's ``model.metrics``)."""
-        entries = self._compiled_metrics.entries if self._compiled_metrics is not None else []
-        return [self._loss_tracker] + [m for _, _, m in entries]
+        return self._loop.metrics
 
     @property
     def metrics_names(self) -> List[str]:
         """``["loss", <metric log names>...]``: the order of `evaluate`'s list result."""
-        entries = self._compiled_metrics.entries if self._compiled_metrics is not None else []
-        return ["loss"] + [name for _, name, _ in entries]
+        return self._loop.metrics_names
+
+    @property
+    def steps_per_execution(self) -> int:
+        """Steps between batch-level callback calls (``compile(steps_per_execution=...)``)."""
+        return self._loop.steps_per_execution
+
+    @property
+    def stop_training(self) -> bool:
+        """Set by a callback to end `fit` after the current step (execution) and epoch's end hooks."""
+        return self._loop.stop_training
+
+    @stop_training.setter
+    def stop_training(self, value: bool) -> None:
+        self._loop.stop_training = value
+
+    @property
+    def history(self) -> Any:
+        """The `History` of the last `fit`."""
+        return self._loop.history
+
+    @history.setter
+    def history(self, history: Any) -> None:
+        self._loop.history = history
+
+    @property
+    def train_loop_state(self) -> TrainLoopState:
+        """Where `fit` is (epoch, step, data position): what `BackupAndRestore` saves and restores."""
+        return self._loop.train_loop_state
+
+    @property
+    def log_every(self) -> Optional[int]:
+        """Steps between log/progress updates in fit/evaluate/predict; None: about 16 per epoch."""
+        return self._loop.log_every
+
+    @log_every.setter
+    def log_every(self, value: Optional[int]) -> None:
+        self._loop.log_every = value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -136,32 +194,12 @@ class Model:
         return [p for p in self.module.parameters() if p.requires_grad]
 
     def __repr__(self) -> str:
-        return f"distrib.Model({self.name}, strategy={type(self._strategy).__name__}, compiled={self.compiled})"
-
-    # ---------------------------------------------------------------- scope
-    def _check_scope(self, what: str) -> None:
-        current = context.current_scope_strategy()
-        if current is not None and current is not self._strategy:
-            raise RuntimeError(
-                f"model.{what}() called under {type(current).__name__}.scope() but the model was created "
-                f"under {type(self._strategy).__name__}: create (and compile) the model inside the scope of "
-                "the strategy that runs it")
-        if self._strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1:
-            raise RuntimeError(
-                f"model.{what}(): this process is one of {_distributed_world_size()} workers but the model was "
-                "created outside any strategy scope, so it would train alone; create it inside "
-                "`with strategy.scope():`")
-
-    def _require_compiled(self, what: str) -> None:
-        if self._compile_args is None:
-            raise RuntimeError(f"model.{what}() needs a compiled model: call model.compile(optimizer=..., "
-                               f"loss=...) first")
-        if self._compiled_loss is None and what in ("fit", "evaluate"):
-            raise RuntimeError(f"model.{what}() needs a loss: call model.compile(loss=...) with a loss")
+        return (f"distrib.Model({self.name}, strategy={type(self.distribute_strategy).__name__}, "
+                f"compiled={self.compiled})")
 
     # -------------------------------------------------------------- compile
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
-                loss_weights: Any = None) -> None:
+                loss_weights: Any = None, steps_per_execution: int = 1) -> None:
         """Configure the model for training (Keras's ``Model.compile``).
 
         Args:
@@ -173,58 +211,51 @@ class Model:
             metrics: a list of metric names or `distrib.metrics` objects (for
                 several outputs, a dict or one list per output).
             loss_weights: scalar weights of each output's loss.
+            steps_per_execution: steps run between two calls of the batch-level
+                callbacks (``on_*_batch_begin`` gets the first step's index,
+                ``on_*_batch_end`` the last's), as in Keras. The steps
+                themselves and the trained weights do not change.
         """
-        self._check_scope("compile")
-        with self._strategy.scope():
-            self._compiled_loss = None if loss is None else CompiledLoss(loss, loss_weights)
-            if self._compiled_loss is None and metrics:
-                raise ValueError("compile(metrics=...) without a loss: give compile(loss=...) too")
-            placeholder = self._compiled_loss or CompiledLoss("mse", None)
-            self._compiled_metrics = CompiledMetrics(metrics, placeholder)
-            params = [p for p in self.module.parameters() if p.requires_grad]
-            self.optimizer, self._torch_optimizer = resolve_optimizer(optimizer, params)
-        self._loss_tracker = LossTracker(self._strategy)
-        self._compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
-                              "loss_weights": loss_weights}
-        if self._pending_metric_state is not None:
-            self._apply_metric_state(self._pending_metric_state)
+        self._loop.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights,
+                           steps_per_execution=steps_per_execution)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
         """The compile arguments as JSON specs (see `distrib.training.serialization`)."""
-        if self._compile_args is None:
-            return None
-        return {k: to_spec(v, f"compile({k}=...)") for k, v in self._compile_args.items()}
+        return self._loop.get_compile_config()
 
     # --------------------------------------------------------------- steps
     def train_step(self, data: Any, global_batch_size: int) -> torch.Tensor:
         """One training step on this replica's part of a global batch; returns its loss share."""
-        return steps.train_step(self, data, global_batch_size)
+        return self._loop.train_step(data, global_batch_size)
 
     def test_step(self, data: Any, global_batch_size: int) -> torch.Tensor:
         """One evaluation step on this replica's part of a global batch; returns its loss share."""
-        return steps.test_step(self, data, global_batch_size)
+        return self._loop.test_step(data, global_batch_size)
 
     def predict_step(self, x: Any) -> Any:
         """Predictions for this replica's part of a global batch."""
-        return steps.predict_step(self, x)
+        return self._loop.predict_step(x)
 
     def reset_metrics(self) -> None:
         """Reset the loss tracker and every compiled metric."""
-        self._loss_tracker.reset_state()
-        if self._compiled_metrics is not None:
-            self._compiled_metrics.reset_state()
+        self._loop.reset_metrics()
 
     def compute_logs(self) -> Dict[str, float]:
         """``{"loss": ..., <metric>: ...}`` over all replicas (collective: call on every worker)."""
-        entries = self._compiled_metrics.entries if self._compiled_metrics is not None else []
-        return global_logs(self._strategy, self._loss_tracker, [(name, m) for _, name, m in entries])
+        return self._loop.compute_logs()
+
+    def _check_scope(self, what: str) -> None:
+        self._loop.check_scope(what)
+
+    def _require_compiled(self, what: str) -> None:
+        self._loop.require_compiled(what)
 
     # ------------------------------------------------------- fit and co.
     def fit(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
             verbose: Union[str, int] = "auto", callbacks: Any = None, validation_data: Any = None,
             validation_steps: Optional[int] = None, validation_freq: Any = 1, initial_epoch: int = 0,
             steps_per_epoch: Optional[int] = None, shuffle: bool = True, class_weight: Optional[Dict] = None,
-            sample_weight: Any = None) -> Any:
+            sample_weight: Any = None, validation_split: float = 0.0) -> Any:
         """Train for ``epochs`` epochs; returns the `History` (Keras's ``Model.fit``).
 
         ``x`` may be a batched `distrib.data.Dataset` (each element one
@@ -235,32 +266,30 @@ class Model:
 
         With ``steps_per_epoch`` on a dataset that runs out first, training
         warns and stops at the end of that epoch (Keras's behaviour).
+        ``validation_split`` (arrays only) holds out the last fraction of the
+        examples, before shuffling, as validation data when no
+        ``validation_data`` is given.
         """
-        from distrib.training.train_loop import run_fit
-
-        return run_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
-                       callbacks=callbacks, validation_data=validation_data,
-                       validation_steps=validation_steps, validation_freq=validation_freq,
-                       initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
-                       class_weight=class_weight, sample_weight=sample_weight)
+        return self._loop.fit(x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                              callbacks=callbacks, validation_data=validation_data,
+                              validation_steps=validation_steps, validation_freq=validation_freq,
+                              initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
+                              class_weight=class_weight, sample_weight=sample_weight,
+                              validation_split=validation_split)
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None,
                  verbose: Union[str, int] = "auto", sample_weight: Any = None, steps: Optional[int] = None,
                  callbacks: Any = None, return_dict: bool = False) -> Any:
         """Loss and metrics over the data, identical on every worker (Keras's ``Model.evaluate``)."""
-        from distrib.training.eval_loop import run_evaluate
-
-        return run_evaluate(self, x=x, y=y, batch_size=batch_size, verbose=verbose,
-                            sample_weight=sample_weight, steps=steps, callbacks=callbacks,
-                            return_dict=return_dict)
+        return self._loop.evaluate(x=x, y=y, batch_size=batch_size, verbose=verbose,
+                                   sample_weight=sample_weight, steps=steps, callbacks=callbacks,
+                                   return_dict=return_dict)
 
     def predict(self, x: Any, batch_size: Optional[int] = None, verbose: Union[str, int] = "auto",
                 steps: Optional[int] = None, callbacks: Any = None) -> Any:
         """All predictions, in input order, as numpy arrays on every worker."""
-        from distrib.training.predict_loop import run_predict
-
-        return run_predict(self, x=x, batch_size=batch_size, verbose=verbose, steps=steps,
-                           callbacks=callbacks)
+        return self._loop.predict(x=x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                  callbacks=callbacks)
 
     # --------------------------------------------------------------- state
     def state_dict(self, aggregate_metrics: bool = False) -> Dict[str, Any]:
@@ -271,14 +300,11 @@ class Model:
         call it), so that restoring the copy on every worker reproduces the
         same global metric values (see `distrib.training.model_state`).
         """
-        return model_state.model_state_dict(self, aggregate_metrics)
+        return model_state.model_state_dict(self._loop, aggregate_metrics)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore what `state_dict` returned (compile first to restore the optimizer)."""
-        model_state.load_model_state(self, state)
-
-    def _apply_metric_state(self, pending: Dict[str, Any]) -> None:
-        model_state.apply_metric_state(self, pending)
+        model_state.load_model_state(self._loop, state)
 
     def get_weights(self) -> List[np.ndarray]:
         """The module's parameters and buffers as numpy arrays, in ``state_dict`` order."""
@@ -293,7 +319,7 @@ class Model:
 
     def summary(self, print_fn: Any = print) -> None:
         """Print the module and its parameter counts (chief only under multi-worker strategies)."""
-        if not self._strategy.is_chief:
+        if not self.distribute_strategy.is_chief:
             return
         trainable = sum(p.numel() for p in self.module.parameters() if p.requires_grad)
         print_fn(f'Model: "{self.name}"\n{self.module}\n'
@@ -311,9 +337,3 @@ class Model:
         """The function `load_model` would call to rebuild the module."""
         return import_by_path(self.builder, "builder") if self.builder else None
 
-
-def _distributed_world_size() -> int:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1

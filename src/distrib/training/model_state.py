@@ -27,7 +27,7 @@ from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.model import Model
+    from distrib.training.loop import TrainingLoop
 
 __all__ = ["model_state_dict", "load_model_state", "apply_metric_state", "get_weights", "set_weights"]
 
@@ -48,45 +48,45 @@ def _zeroed(state: Any) -> Any:
     return map_structure(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v, state)
 
 
-def model_state_dict(model: "Model", aggregate_metrics: bool = False) -> Dict[str, Any]:
+def model_state_dict(loop: "TrainingLoop", aggregate_metrics: bool = False) -> Dict[str, Any]:
     """See `Model.state_dict`."""
-    strategy = model.distribute_strategy
-    metrics: Dict[str, Any] = {"loss": model._loss_tracker.state_dict(aggregate=aggregate_metrics)}
-    for _, name, metric in (model._compiled_metrics.entries if model._compiled_metrics else []):
+    strategy = loop.strategy
+    metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=aggregate_metrics)}
+    for _, name, metric in (loop.compiled_metrics.entries if loop.compiled_metrics else []):
         metrics[name] = _metric_state(metric, strategy, aggregate_metrics)
-    optimizer = model.torch_optimizer
+    optimizer = loop.torch_optimizer
     return {
-        "module": model.module.state_dict(),
+        "module": loop.module.state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "metrics": metrics,
         "metrics_aggregated": bool(aggregate_metrics and strategy.num_replicas_in_sync > 1),
     }
 
 
-def load_model_state(model: "Model", state: Dict[str, Any]) -> None:
+def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
     """See `Model.load_state_dict`."""
-    model.module.load_state_dict(state["module"])
+    loop.module.load_state_dict(state["module"])
     if state.get("optimizer") is not None:
-        if model.torch_optimizer is None:
+        if loop.torch_optimizer is None:
             raise RuntimeError("load_state_dict: the state holds optimizer state but the model is not "
                                "compiled; call model.compile(...) before restoring")
-        model.torch_optimizer.load_state_dict(state["optimizer"])
+        loop.torch_optimizer.load_state_dict(state["optimizer"])
     if state.get("metrics") is not None:
-        apply_metric_state(model, {"metrics": state["metrics"],
+        apply_metric_state(loop, {"metrics": state["metrics"],
                                    "aggregated": bool(state.get("metrics_aggregated", False))})
 
 
-def apply_metric_state(model: "Model", pending: Dict[str, Any]) -> None:
+def apply_metric_state(loop: "TrainingLoop", pending: Dict[str, Any]) -> None:
     """Restore metric states now, or when the metrics are built (multi-output models, first batch)."""
-    zero = pending["aggregated"] and model.distribute_strategy.replica_id != 0
+    zero = pending["aggregated"] and loop.strategy.replica_id != 0
     states = pending["metrics"]
     if "loss" in states:
-        model._loss_tracker.load_state_dict(states["loss"], zero=zero)
-    compiled = model._compiled_metrics
+        loop.loss_tracker.load_state_dict(states["loss"], zero=zero)
+    compiled = loop.compiled_metrics
     if compiled is not None and not compiled.built:
-        model._pending_metric_state = pending
+        loop.pending_metric_state = pending
         return
-    model._pending_metric_state = None
+    loop.pending_metric_state = None
     for _, name, metric in (compiled.entries if compiled is not None else []):
         if states.get(name) is not None and hasattr(metric, "load_state_dict"):
             metric.load_state_dict(_zeroed(states[name]) if zero else states[name])

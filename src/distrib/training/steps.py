@@ -25,7 +25,7 @@ from distrib.losses.reduction import losses_scaled_by_model
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.model import Model
+    from distrib.training.loop import TrainingLoop
 
 __all__ = ["unpack", "call_module", "train_step", "test_step", "predict_step", "regularization_loss"]
 
@@ -60,8 +60,8 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _prepare_x(model: "Model", x: Any) -> Any:
-    device, dtype = _placement(model)
+def _prepare_x(loop: "TrainingLoop", x: Any) -> Any:
+    device, dtype = _placement(loop)
 
     def one(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
@@ -74,16 +74,16 @@ def _prepare_x(model: "Model", x: Any) -> Any:
     return map_structure(one, x)
 
 
-def _to_device(model: "Model", value: Any) -> Any:
-    device, _ = _placement(model)
+def _to_device(loop: "TrainingLoop", value: Any) -> Any:
+    device, _ = _placement(loop)
     return map_structure(lambda t: t.to(device, non_blocking=True)
                          if isinstance(t, torch.Tensor) and t.device != device else t, value)
 
 
-def _placement(model: "Model") -> Tuple[torch.device, Optional[torch.dtype]]:
+def _placement(loop: "TrainingLoop") -> Tuple[torch.device, Optional[torch.dtype]]:
     """The device of the module's parameters and its floating dtype (inputs are cast to it)."""
-    device, dtype = model.distribute_strategy.device, None
-    for p in model.module.parameters():
+    device, dtype = loop.strategy.device, None
+    for p in loop.module.parameters():
         device = p.device
         if p.is_floating_point():
             return device, p.dtype
@@ -99,7 +99,7 @@ def _phase_kwargs(module: Any) -> dict:
     return {}
 
 
-def call_module(model: "Model", x: Any) -> Any:
+def call_module(loop: "TrainingLoop", x: Any) -> Any:
     """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
 
     A Keras 3 model (torch backend) also gets ``training=`` from the module's
@@ -109,35 +109,35 @@ def call_module(model: "Model", x: Any) -> Any:
     """
     from distrib.mixed_precision.policy import global_policy
 
-    x = _prepare_x(model, x)
+    x = _prepare_x(loop, x)
     policy = global_policy()
     if not policy.is_mixed:
-        return _call(model, x)
-    device, _ = _placement(model)
+        return _call(loop, x)
+    device, _ = _placement(loop)
     with torch.autocast(device_type=device.type, dtype=policy.torch_compute_dtype):
-        out = _call(model, x)
+        out = _call(loop, x)
     return map_structure(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
                          and t.dtype != torch.float32 else t, out)
 
 
-def _call(model: "Model", x: Any) -> Any:
-    phase = _phase_kwargs(model.module)
+def _call(loop: "TrainingLoop", x: Any) -> Any:
+    phase = _phase_kwargs(loop.module)
     try:
         if isinstance(x, dict):
-            return model.module(**x, **phase)
+            return loop.module(**x, **phase)
         if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-            return model.module(*x, **phase)
-        return model.module(x, **phase)
+            return loop.module(*x, **phase)
+        return loop.module(x, **phase)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         if type(e) not in _INPUT_ERRORS:  # e.g. out of memory, a peer lost: not about the input
             raise
-        raise ValueError(f"{model.name} cannot be called on x of shape {_shapes(x)}: {_first_line(e)} "
+        raise ValueError(f"{loop.name} cannot be called on x of shape {_shapes(x)}: {_first_line(e)} "
                          "(check the input shape the module expects)") from e
 
 
-def regularization_loss(model: "Model") -> Optional[torch.Tensor]:
+def regularization_loss(loop: "TrainingLoop") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
-    losses = getattr(model.module, "losses", None)
+    losses = getattr(loop.module, "losses", None)
     if losses is None:
         return None
     if callable(losses):
@@ -151,36 +151,36 @@ def regularization_loss(model: "Model") -> Optional[torch.Tensor]:
     return total
 
 
-def _loss(model: "Model", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
+def _loss(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
     if y is None:
         raise ValueError("fit/evaluate got batches without targets: give y (or a dataset of (x, y) pairs)")
     try:
-        loss = model._compiled_loss(y, y_pred, sw, global_batch_size)  # type: ignore[misc]
+        loss = loop.compiled_loss(y, y_pred, sw, global_batch_size)  # type: ignore[misc]
     except (RuntimeError, IndexError) as e:
         if type(e) not in _INPUT_ERRORS:
             raise
-        raise ValueError(f"loss {model.loss!r} failed on y of shape {_shapes(y)} and predictions of shape "
+        raise ValueError(f"loss {loop.loss!r} failed on y of shape {_shapes(y)} and predictions of shape "
                          f"{_shapes(y_pred)}: {_first_line(e)} (check label shapes, ranges and from_logits)") from e
-    reg = regularization_loss(model)
+    reg = regularization_loss(loop)
     if reg is not None:
-        loss = loss + reg / model.distribute_strategy.num_replicas_in_sync
+        loss = loss + reg / loop.strategy.num_replicas_in_sync
     return loss
 
 
-def train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+def train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
-        return _train_step(model, data, global_batch_size)
+        return _train_step(loop, data, global_batch_size)
 
 
-def _train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+def _train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
-    y, sw = _to_device(model, y), _to_device(model, sw)
-    y_pred = call_module(model, x)
-    loss = _loss(model, y, y_pred, sw, global_batch_size)
-    scaler = _loss_scaler(model)
+    y, sw = _to_device(loop, y), _to_device(loop, sw)
+    y_pred = call_module(loop, x)
+    loss = _loss(loop, y, y_pred, sw, global_batch_size)
+    scaler = _loss_scaler(loop)
     if scaler is None:
         loss.backward()
-        opt = model.torch_optimizer
+        opt = loop.torch_optimizer
         opt.step()  # type: ignore[union-attr]
         opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
     else:
@@ -188,53 +188,53 @@ def _train_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tens
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    model._loss_tracker.update(loss, global_batch_size)
-    _update_metrics(model, y, y_pred, sw)
+    loop.loss_tracker.update(loss, global_batch_size)
+    _update_metrics(loop, y, y_pred, sw)
     return loss
 
 
-def _loss_scaler(model: "Model") -> Any:
-    """The model's `LossScaleOptimizer` under ``mixed_float16`` (made on first use), else None."""
+def _loss_scaler(loop: "TrainingLoop") -> Any:
+    """The loop's `LossScaleOptimizer` under ``mixed_float16`` (made on first use), else None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
 
     if not global_policy().needs_loss_scaling:
         return None
-    opt = model.torch_optimizer
-    scaler = getattr(model, "_loss_scale_optimizer", None)
+    opt = loop.torch_optimizer
+    scaler = loop.loss_scale_optimizer
     if scaler is None or scaler.inner_optimizer is not opt:
         scaler = LossScaleOptimizer(opt)  # type: ignore[arg-type]
-        model._loss_scale_optimizer = scaler
+        loop.loss_scale_optimizer = scaler
     return scaler
 
 
-def test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+def test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
-        return _test_step(model, data, global_batch_size)
+        return _test_step(loop, data, global_batch_size)
 
 
-def _test_step(model: "Model", data: Any, global_batch_size: int) -> torch.Tensor:
+def _test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
-    y, sw = _to_device(model, y), _to_device(model, sw)
+    y, sw = _to_device(loop, y), _to_device(loop, sw)
     with torch.no_grad():
-        y_pred = call_module(model, x)
-        loss = _loss(model, y, y_pred, sw, global_batch_size)
-    model._loss_tracker.update(loss, global_batch_size)
-    _update_metrics(model, y, y_pred, sw)
+        y_pred = call_module(loop, x)
+        loss = _loss(loop, y, y_pred, sw, global_batch_size)
+    loop.loss_tracker.update(loss, global_batch_size)
+    _update_metrics(loop, y, y_pred, sw)
     return loss
 
 
-def predict_step(model: "Model", x: Any) -> Any:
+def predict_step(loop: "TrainingLoop", x: Any) -> Any:
     with torch.no_grad():
-        return call_module(model, x)
+        return call_module(loop, x)
 
 
-def _update_metrics(model: "Model", y: Any, y_pred: Any, sw: Any) -> None:
-    metrics = model._compiled_metrics
+def _update_metrics(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any) -> None:
+    metrics = loop.compiled_metrics
     if metrics is None:
         return
     if not metrics.built:
         metrics.build(y_pred)
-        if model._pending_metric_state is not None:
-            model._apply_metric_state(model._pending_metric_state)
+        if loop.pending_metric_state is not None:
+            loop.apply_metric_state(loop.pending_metric_state)
     with torch.no_grad():
         metrics.update_state(y, map_structure(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, y_pred), sw)
