@@ -27,6 +27,7 @@ import torch
 
 from distrib.data.blocks import materialize
 from distrib.data.feeds import EMPTY, Feed, LocalFeed, PieceFeed, SliceFeed
+from distrib.data.input_context import InputHost
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
 from distrib.data.options import INFINITE, UNKNOWN

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 import distrib
+from distrib.cluster.task import TaskInfo
 from distrib.launch.ports import free_port
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
@@ -118,8 +119,36 @@ class LocalReplicas:
             return f"replica {local} ({self.labels[local]})"
         return f"{self.base.describe(task)} replica {local} ({self.labels[local]})"
 
-    def __getattr__(self, name: str) -> Any:  # chief_task, replica_tasks, ... of the base
-        return getattr(self.base, name)
+    @property
+    def task(self) -> Optional[TaskInfo]:
+        return self.base.task
+
+    @property
+    def chief_task(self) -> Optional[TaskInfo]:
+        return self.base.chief_task
+
+    @property
+    def chief_address(self) -> Optional[str]:
+        return self.base.chief_address
+
+    @property
+    def replica_tasks(self) -> List[TaskInfo]:
+        return self.base.replica_tasks
+
+    @property
+    def rpc_layer(self) -> Optional[str]:
+        return self.base.rpc_layer
+
+    @property
+    def environment(self) -> str:
+        return self.base.environment
+
+    def num_accelerators(self, task_type: Optional[str] = None, task_id: Optional[int] = None) -> Dict[str, int]:
+        return self.base.num_accelerators(task_type, task_id)
+
+    def master(self, task_type: Optional[str] = None, task_id: Optional[int] = None,
+               rpc_layer: Optional[str] = None) -> str:
+        return self.base.master(task_type, task_id, rpc_layer)
 
     # ------------------------------------------------------- launching
     def launch_children(self) -> None:

@@ -21,14 +21,14 @@ import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 from distrib.data.input_context import InputPlacement
-from distrib.strategies.base import Strategy
+from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import local_task_index
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 
 __all__ = ["MirroredStrategy"]
 
 
-class MirroredStrategy(Strategy):
+class MirroredStrategy(ReplicatedStrategy):
     """One replica per local device, gradients all-reduced.
 
     Args:

@@ -26,6 +26,7 @@ from distrib.training.steps import unpack
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
     from distrib.training.model import Model
 
 __all__ = ["run_predict", "interleave"]
@@ -81,7 +82,7 @@ def _rows(y_pred: Any) -> int:
     return int(leaves[0].shape[0]) if leaves[0].dim() else 1
 
 
-def _assemble(strategy: Any, outputs: List[Any], sizes: List[int]) -> Any:
+def _assemble(strategy: "Strategy", outputs: List[Any], sizes: List[int]) -> Any:
     if not outputs:
         raise ValueError("predict: the input produced no batches; check that x is not empty")
     local = _concat(outputs)
