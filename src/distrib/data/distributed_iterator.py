@@ -27,7 +27,6 @@ import torch
 
 from distrib.data.blocks import materialize
 from distrib.data.feeds import EMPTY, Feed, LocalFeed, PieceFeed, SliceFeed
-from distrib.data.input_context import InputHost
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
 from distrib.data.options import INFINITE, UNKNOWN
@@ -36,6 +35,7 @@ from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, s
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.data.distributed import DistributedDataset
+    from distrib.data.input_context import InputHost
 
 __all__ = ["DistributedIterator"]
 

@@ -1,8 +1,9 @@
 """`ReplicatedStrategy`: the one implementation of the replicated strategies.
 
 Default, OneDevice, Mirrored and MultiWorkerMirrored are all this class;
-they only choose the devices and the cluster. A replicated strategy is composed from a cluster resolver (who is in the job), a
-`Collective` (how replicas talk) and a device (where this replica computes).
+they only choose the devices and the cluster. A replicated strategy is
+composed from a cluster resolver (who is in the job), a `Collective` (how
+replicas talk) and a device (where this replica computes).
 distrib runs one process per replica, so `run` calls the replica function
 once, locally, and cross-replica work happens in collectives.
 
@@ -29,9 +30,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import torch
 
-from distrib.hooks import install_excepthook
 from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
+from distrib.hooks import install_excepthook
 from distrib.data.input_context import InputPlacement
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values

@@ -156,8 +156,8 @@ class Strategy(abc.ABC):
         return CheckpointRole(
             is_chief=self.is_chief, num_replicas_in_sync=self.num_replicas_in_sync,
             replica_id=self.replica_id, collective=self.collective, comm_device=self.comm_device,
-            task_type=getattr(resolver, "task_type", None) if resolver is not None else None,
-            task_id=getattr(resolver, "task_id", None) if resolver is not None else None)
+            task_type=None if resolver is None else resolver.task_type,
+            task_id=None if resolver is None else resolver.task_id)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_replicas_in_sync={self.num_replicas_in_sync}, "

@@ -120,6 +120,11 @@ class LocalReplicas:
         return f"{self.base.describe(task)} replica {local} ({self.labels[local]})"
 
     @property
+    def cluster_field(self) -> str:
+        """Where the cluster came from, for error messages (e.g. ``"TF_CONFIG['cluster']"``)."""
+        return self.base.cluster_field
+
+    @property
     def task(self) -> Optional[TaskInfo]:
         return self.base.task
 
