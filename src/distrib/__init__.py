@@ -40,7 +40,7 @@ _LAZY_ATTRS = {
     "CommunicationImplementation": ("distrib.comm.options", "CommunicationImplementation"),
     "CommunicationOptions": ("distrib.comm.options", "CommunicationOptions"),
     "InputContext": ("distrib.data.input_context", "InputContext"),
-    "Strategy": ("distrib.strategies.base", "Strategy"),
+    "Strategy": ("distrib.strategies.interface", "Strategy"),
     "get_replica_context": ("distrib.strategies.context", "get_replica_context"),
     "get_strategy": ("distrib.strategies.context", "get_strategy"),
     "has_strategy": ("distrib.strategies.context", "has_strategy"),

@@ -4,6 +4,8 @@ import uuid
 
 import pytest
 
+from distrib.checkpoint.role import CheckpointRole
+from distrib.comm.collective import LocalCollective
 from distrib.checkpoint import storage
 from distrib.checkpoint.storage import AtomicDirectory, CorruptCheckpointError
 
@@ -127,28 +129,25 @@ def test_invalid_file_names_are_refused(tmp_path):
                 d.write_bytes(bad, b"")
 
 
-class _Chief:
-    is_chief = True
+def _chief() -> CheckpointRole:
+    return CheckpointRole(is_chief=True, num_replicas_in_sync=2, replica_id=0, collective=LocalCollective())
 
 
-class _Worker:
-    is_chief = False
-    replica_id = 1
-
-    class cluster_resolver:
-        task_type, task_id = "worker", 1
+def _worker() -> CheckpointRole:
+    return CheckpointRole(is_chief=False, num_replicas_in_sync=2, replica_id=1, collective=LocalCollective(),
+                          task_type="worker", task_id=1)
 
 
 def test_write_path_for_chief_and_worker(tmp_path):
     target = str(tmp_path / "ckpt")
-    assert storage.write_path_for(target, _Chief()) == target
-    private = storage.write_path_for(target, _Worker())
+    assert storage.write_path_for(target, _chief()) == target
+    private = storage.write_path_for(target, _worker())
     assert private != target and os.path.basename(private) == "ckpt"
     assert "distrib-workertemp-1-" in private and not private.startswith(str(tmp_path))
     _write(private)
     storage.remove_write_path(target, private)
     assert not os.path.exists(os.path.dirname(private))
-    with storage.worker_write_path(target, _Worker()) as p:
+    with storage.worker_write_path(target, _worker()) as p:
         _write(p)
         assert os.path.isdir(p)
     assert not os.path.exists(os.path.dirname(p))

@@ -8,14 +8,19 @@ import distrib
 from distrib.cluster import ClusterConfigError, TFConfigClusterResolver
 
 
-def test_default_strategy_outside_any_scope_is_a_singleton():
+def test_default_strategy_outside_any_scope_is_one_instance():
     assert isinstance(distrib.get_strategy(), distrib.DefaultStrategy)
-    assert distrib.get_strategy() is distrib.DefaultStrategy()
+    assert distrib.get_strategy() is distrib.get_strategy()
     assert not distrib.has_strategy()
     assert distrib.in_cross_replica_context()
     assert distrib.get_strategy().num_replicas_in_sync == 1
     with distrib.get_strategy().scope():
         assert not distrib.has_strategy()
+    another = distrib.DefaultStrategy()  # an equivalent pass-through strategy
+    with another.scope():
+        assert not distrib.has_strategy() and distrib.get_strategy() is another
+        module = torch.nn.Linear(2, 2)
+    assert another.run(lambda m: m, (module,)) is module
 
 
 def test_scopes_nest_and_restore_the_previous_strategy():

@@ -1,14 +1,20 @@
 """Whether this process is the chief, as seen through a callback's model."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Protocol
 
-__all__ = ["is_chief"]
+__all__ = ["is_chief", "ChiefRole"]
+
+
+class ChiefRole(Protocol):
+    """What chief-only callbacks need of a strategy (every `distrib.Strategy` is one)."""
+
+    @property
+    def is_chief(self) -> bool:
+        """True on the task that writes logs and progress."""
 
 
 def is_chief(model: Any) -> bool:
     """``model.distribute_strategy.is_chief``; True when there is no model or strategy (one process)."""
-    strategy = getattr(model, "distribute_strategy", None)
-    if strategy is None:
-        return True
-    return bool(getattr(strategy, "is_chief", True))
+    strategy: Optional[ChiefRole] = getattr(model, "distribute_strategy", None)
+    return True if strategy is None else bool(strategy.is_chief)

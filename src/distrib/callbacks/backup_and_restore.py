@@ -35,7 +35,7 @@ Example — killed during epoch 2 of 3, then started again with the same command
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
@@ -44,6 +44,9 @@ from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["BackupAndRestore"]
 
@@ -136,8 +139,8 @@ class BackupAndRestore(Callback):
         self._manager = None
 
     # ----------------------------------------------------------- helpers
-    def _strategy(self) -> Any:
-        strategy = getattr(self.model, "distribute_strategy", None)
+    def _strategy(self) -> "Strategy":
+        strategy: Optional[Strategy] = getattr(self.model, "distribute_strategy", None)
         if strategy is None:
             from distrib.strategies.context import get_strategy
 

@@ -29,7 +29,7 @@ import torch
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.format import dumps_state, loads_state
-from distrib.checkpoint.strategy_lookup import resolve_strategy, scope_strategy
+from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 from distrib.checkpoint.variable import Variable
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointSaveError", "CheckpointRestoreError", "STATE_FILE"]
@@ -186,26 +186,26 @@ class Checkpoint:
         Raises:
             CheckpointSaveError: on every worker, if writing failed on any worker.
         """
-        strategy = resolve_strategy(self._strategy, "Checkpoint.write")
+        role = resolve_role(self._strategy, "Checkpoint.write")
         path = str(file_prefix).rstrip("/")
         state = self.state_dict()  # may gather across replicas, so before anything can fail locally
         error: Optional[str] = None
         target = None
         try:
-            target = storage.write_path_for(path, strategy)
-            meta = {"save_counter": int(self.save_counter), "world_size": strategy.num_replicas_in_sync}
+            target = storage.write_path_for(path, role)
+            meta = {"save_counter": int(self.save_counter), "world_size": role.num_replicas_in_sync}
             meta.update(info or {})
             with storage.AtomicDirectory(target, meta) as d:
                 d.write_bytes(STATE_FILE, dumps_state(state))
         except Exception as exc:  # reported to every worker below
-            error = f"{_who(strategy)} could not write checkpoint {target or path}: {_first_line(exc)}"
-            if strategy.num_replicas_in_sync <= 1:
+            error = f"{role.who} could not write checkpoint {target or path}: {_first_line(exc)}"
+            if role.num_replicas_in_sync <= 1:
                 raise CheckpointSaveError(error) from exc
         finally:
             if target is not None:
                 storage.remove_write_path(path, target)
-        if strategy.num_replicas_in_sync > 1:
-            errors = [e for e in strategy.collective.all_gather_json(error) if e]
+        if role.num_replicas_in_sync > 1:
+            errors = [e for e in role.collective.all_gather_json(error) if e]
             if errors:
                 raise CheckpointSaveError("; ".join(errors))
         return path
@@ -254,14 +254,6 @@ def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
             obj.load_state_dict(value)
     except Exception as exc:
         raise CheckpointRestoreError(f"{where}: cannot restore {name!r}: {_first_line(exc)}") from exc
-
-
-def _who(strategy: Any) -> str:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None)
-    if task_type is not None:
-        return f"{task_type}:{getattr(resolver, 'task_id', 0)}"
-    return f"replica {getattr(strategy, 'replica_id', 0)}"
 
 
 def _first_line(exc: BaseException) -> str:

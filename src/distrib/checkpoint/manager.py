@@ -38,7 +38,7 @@ from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.storage import CheckpointWarning
-from distrib.checkpoint.strategy_lookup import resolve_strategy, scope_strategy
+from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 
 __all__ = ["CheckpointManager", "INDEX_FILE"]
 
@@ -186,8 +186,8 @@ class CheckpointManager:
                                                 (check_interval and step < self._last_step + self._interval)):
                 return None
             self._last_step = step
-        strategy = resolve_strategy(self._strategy, "CheckpointManager.save")
-        chief = strategy.is_chief
+        role = resolve_role(self._strategy, "CheckpointManager.save")
+        chief = role.is_chief
         if chief:
             storage.remove_stale_temporaries(self._directory, self._name)
         self._checkpoint.save_counter.assign_add(1)
@@ -198,8 +198,8 @@ class CheckpointManager:
             self._write_index()  # the new latest first, so an interruption while sweeping still sees it
             self._sweep()
             self._write_index()
-        if strategy.num_replicas_in_sync > 1:
-            shared = strategy.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
+        if role.num_replicas_in_sync > 1:
+            shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])
         return path
 
@@ -230,9 +230,9 @@ class CheckpointManager:
         checkpoint the chief found.
         """
         path = self._latest
-        strategy = resolve_strategy(self._strategy, "CheckpointManager.restore_or_initialize")
-        if strategy.num_replicas_in_sync > 1:
-            path = strategy.collective.broadcast_json(path)
+        role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
+        if role.num_replicas_in_sync > 1:
+            path = role.collective.broadcast_json(path)
         if path is not None:
             self._checkpoint.restore(path)
             return path

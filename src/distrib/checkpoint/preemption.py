@@ -33,12 +33,17 @@ import signal
 import sys
 import threading
 import warnings
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
 from distrib import hooks
 from distrib.comm.collective import ReduceOp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.checkpoint.role import CheckpointRole
+    from distrib.strategies.interface import Strategy
+
 from distrib.process.exit_codes import RESTART_EXIT_CODE
 
 __all__ = ["RESTART_EXIT_CODE", "PreemptionWatcher", "exit_after_training", "exit_for_restart"]
@@ -110,25 +115,20 @@ class PreemptionWatcher:
         self._event.clear()
 
     # --------------------------------------------------------- agreement
-    def agreed(self, strategy: Any = None) -> bool:
+    def agreed(self, strategy: "Union[Strategy, CheckpointRole, None]" = None) -> bool:
         """True on every worker if any worker was signalled (collective: all workers call it).
 
         Costs one all-reduce of one preallocated float on the control group
         (nothing on a single worker).
         """
-        if strategy is None:
-            from distrib.checkpoint.strategy_lookup import resolve_strategy
+        from distrib.checkpoint.strategy_lookup import resolve_role
 
-            strategy = resolve_strategy(None, "PreemptionWatcher.agreed")
         flag = self._event.is_set()
-        collective = strategy.collective
+        collective = resolve_role(strategy, "PreemptionWatcher.agreed").collective
         if collective.world_size <= 1:
             return flag
         self._buf.fill_(1.0 if flag else 0.0)
-        reduce = getattr(collective, "control_all_reduce", None)
-        if reduce is None:
-            reduce = collective.all_reduce
-        out = reduce(self._buf, ReduceOp.MAX)
+        out = collective.control_all_reduce(self._buf, ReduceOp.MAX)
         return bool(out.item() > 0.0)
 
 

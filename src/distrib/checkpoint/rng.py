@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import random
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
 
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.storage import CheckpointWarning
-from distrib.checkpoint.strategy_lookup import resolve_strategy, scope_strategy
+from distrib.checkpoint.role import CheckpointRole
+from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["RNGState", "capture_rng_state", "apply_rng_state"]
 
@@ -60,29 +64,29 @@ class RNGState:
     """A `Checkpoint` trackable for the RNG states of all replicas.
 
     Args:
-        strategy: the strategy whose replicas to gather; default the open
+        strategy: the strategy (or its `CheckpointRole`) whose replicas to gather; default the open
             scope's at creation, else at use (see `distrib.checkpoint.strategy_lookup`).
     """
 
-    def __init__(self, strategy: Any = None) -> None:
+    def __init__(self, strategy: "Union[Strategy, CheckpointRole, None]" = None) -> None:
         self._strategy = strategy if strategy is not None else scope_strategy()
         self._warned = False
 
-    def _current(self) -> Any:
-        return resolve_strategy(self._strategy, "RNGState")
+    def _current(self) -> CheckpointRole:
+        return resolve_role(self._strategy, "RNGState")
 
     def state_dict(self) -> Dict[str, Any]:
         """``{"world_size": n, "replicas": [state of replica 0, ..., n-1]}`` (collective)."""
-        strategy = self._current()
+        role = self._current()
         own = capture_rng_state()
-        n = strategy.num_replicas_in_sync
-        replicas: List[Dict[str, Any]] = [own] if n <= 1 else _gather(strategy, own)
+        n = role.num_replicas_in_sync
+        replicas: List[Dict[str, Any]] = [own] if n <= 1 else _gather(role, own)
         return {"world_size": n, "replicas": replicas}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Apply this replica's saved state (the chief's if the world size changed)."""
-        strategy = self._current()
-        n, rank = strategy.num_replicas_in_sync, strategy.replica_id
+        role = self._current()
+        n, rank = role.num_replicas_in_sync, role.replica_id
         replicas = state["replicas"]
         if int(state["world_size"]) == n and len(replicas) == n:
             mine: Optional[Dict[str, Any]] = replicas[rank]
@@ -96,10 +100,9 @@ class RNGState:
         apply_rng_state(mine)
 
 
-def _gather(strategy: Any, own: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _gather(role: CheckpointRole, own: Dict[str, Any]) -> List[Dict[str, Any]]:
     data = dumps_state(own)
-    device = getattr(strategy, "comm_device", torch.device("cpu"))
-    local = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-    parts = strategy.collective.all_gather(local)
+    local = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(role.comm_device)
+    parts = role.collective.all_gather(local)
     return [loads_state(bytes(p.cpu().numpy().tobytes()), name=f"RNG state of replica {i}")
             for i, p in enumerate(parts)]

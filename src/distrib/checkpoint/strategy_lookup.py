@@ -20,27 +20,30 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
+from distrib.checkpoint.role import CheckpointRole
 from distrib.strategies import context
 
-__all__ = ["scope_strategy", "resolve_strategy"]
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
+__all__ = ["scope_strategy", "resolve_strategy", "resolve_role"]
 
 
-def scope_strategy() -> Optional[Any]:
+def scope_strategy() -> "Optional[Strategy]":
     """The strategy of the innermost open scope, or None (what objects capture at creation)."""
     return context.current_scope_strategy()
 
 
-def resolve_strategy(captured: Optional[Any] = None, what: str = "checkpoint") -> Any:
+def resolve_strategy(captured: "Optional[Strategy]" = None, what: str = "checkpoint") -> "Strategy":
     """The strategy for a checkpoint operation (see the module docstring for the order)."""
     current = context.current_scope_strategy()
     if current is not None:
         return current
     if captured is not None:
         return captured
-    job = getattr(context, "job_strategy", None)
-    found = job() if callable(job) else None
+    found = context.job_strategy()
     if found is not None:
         return found
     strategy = context.get_strategy()
@@ -50,6 +53,14 @@ def resolve_strategy(captured: Optional[Any] = None, what: str = "checkpoint") -
             f"{what}: called outside strategy.scope() in a job of {processes} processes, so the chief is unknown; "
             "create the Checkpoint/CheckpointManager (or call this) inside `with strategy.scope():`")
     return strategy
+
+
+def resolve_role(given: "Union[Strategy, CheckpointRole, None]" = None,
+                 what: str = "checkpoint") -> CheckpointRole:
+    """The `CheckpointRole` for an operation: ``given`` itself, its strategy's, or the resolved strategy's."""
+    if isinstance(given, CheckpointRole):
+        return given
+    return resolve_strategy(given, what).checkpoint_role()
 
 
 def _torch_world_size() -> int:

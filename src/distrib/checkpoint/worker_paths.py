@@ -14,9 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator, Union
 
 from distrib.checkpoint.fs import remove
+from distrib.checkpoint.role import CheckpointRole
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["write_path_for", "remove_write_path", "worker_write_path"]
 
@@ -25,21 +29,13 @@ def _split_base(path: str) -> str:
     return str(path).rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _task_id(strategy: Any) -> Any:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    tid = getattr(resolver, "task_id", None)
-    return tid if tid is not None else getattr(strategy, "replica_id", 0)
+def _role(given: "Union[Strategy, CheckpointRole, None]") -> CheckpointRole:
+    from distrib.checkpoint.strategy_lookup import resolve_role
+
+    return resolve_role(given, "write_path_for")
 
 
-def _current_strategy(strategy: Any) -> Any:
-    if strategy is not None:
-        return strategy
-    from distrib.checkpoint.strategy_lookup import resolve_strategy
-
-    return resolve_strategy(None, "write_path_for")
-
-
-def write_path_for(path: str, strategy: Any = None) -> str:
+def write_path_for(path: str, strategy: "Union[Strategy, CheckpointRole, None]" = None) -> str:
     """Where this worker writes what is meant for ``path``.
 
     The chief writes to ``path`` itself. Any other worker gets a fresh private
@@ -52,11 +48,11 @@ def write_path_for(path: str, strategy: Any = None) -> str:
         >>> ...                                       # write to p (every worker: saves may be collective)
         >>> remove_write_path("/ckpts/ckpt-3", p)     # no-op on the chief
     """
-    strategy = _current_strategy(strategy)
-    if getattr(strategy, "is_chief", True):
+    role = _role(strategy)
+    if role.is_chief:
         return str(path)
     base = _split_base(path) or "checkpoint"
-    tmp = tempfile.mkdtemp(prefix=f"distrib-workertemp-{_task_id(strategy)}-")
+    tmp = tempfile.mkdtemp(prefix=f"distrib-workertemp-{role.writer_id}-")
     return os.path.join(tmp, base)
 
 
@@ -68,7 +64,7 @@ def remove_write_path(path: str, write_path: str) -> None:
 
 
 @contextlib.contextmanager
-def worker_write_path(path: str, strategy: Any = None) -> Iterator[str]:
+def worker_write_path(path: str, strategy: "Union[Strategy, CheckpointRole, None]" = None) -> Iterator[str]:
     """`write_path_for` as a context manager: the temporary path is removed on exit."""
     wp = write_path_for(path, strategy)
     try:

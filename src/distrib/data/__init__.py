@@ -10,7 +10,7 @@ from distrib.data.adapters import as_dataset
 from distrib.data.dataset import Dataset
 from distrib.data.distributed import DistributedDataset
 from distrib.data.distributed_iterator import DistributedIterator
-from distrib.data.input_context import InputContext
+from distrib.data.input_context import InputBinding, InputContext, InputHost, InputPlacement
 from distrib.data.iterator import DatasetIterator, Optional, OutOfRangeError
 from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKNOWN,
                                   UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options)
@@ -19,6 +19,6 @@ from distrib.data.structure import TensorSpec
 from distrib.data.text import TextLineDataset
 
 __all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "AutoShardPolicy",
-           "InputContext", "TensorSpec", "DatasetIterator", "DistributedDataset",
+           "InputContext", "InputPlacement", "InputHost", "InputBinding", "TensorSpec", "DatasetIterator", "DistributedDataset",
            "DistributedIterator", "Optional", "OutOfRangeError", "AUTOTUNE", "INFINITE", "UNKNOWN",
            "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "STRING"]

@@ -51,6 +51,7 @@ import torch
 from distrib.data.adapters import as_dataset
 from distrib.data.dataset import Dataset
 from distrib.data.distributed_iterator import DistributedIterator
+from distrib.data.input_context import InputContext, InputHost
 from distrib.data.options import INFINITE, UNKNOWN, AutoShardPolicy, Options
 from distrib.data.sharding import resolve_policy, shard_files
 from distrib.data.stream import IterContext, default_seed
@@ -62,11 +63,11 @@ __all__ = ["distribute_dataset", "distribute_from_function", "DistributedDataset
 _VERSION = 1
 
 
-def distribute_dataset(strategy: Any, dataset: Any, options: Any = None) -> "DistributedDataset":
+def distribute_dataset(strategy: InputHost, dataset: Any, options: Any = None) -> "DistributedDataset":
     """``strategy.experimental_distribute_dataset(dataset)``: split each global batch among replicas.
 
     Args:
-        strategy: provides ``input_placement()``, ``device`` and ``collective``.
+        strategy: the `InputHost` (a strategy, or an `InputBinding`): placement, device, collective.
         dataset: a distrib `Dataset` batched with the global batch size, a torch
             ``DataLoader`` (its ``batch_size`` is the global batch), a torch
             ``Dataset``, tensors/arrays, or a re-iterable of global batches.
@@ -86,7 +87,7 @@ def distribute_dataset(strategy: Any, dataset: Any, options: Any = None) -> "Dis
     return DistributedDataset(strategy, ds, "off" if policy == AutoShardPolicy.OFF else "data", seed)
 
 
-def distribute_from_function(strategy: Any, dataset_fn: Callable[[Any], Any],
+def distribute_from_function(strategy: InputHost, dataset_fn: Callable[[InputContext], Any],
                              options: Any = None) -> "DistributedDataset":
     """``strategy.distribute_datasets_from_function(fn)``: this worker's ``fn(input_context)``, unbatched.
 
@@ -123,9 +124,9 @@ def _as_local(obj: Any) -> Dataset:
 _RNG_LOCK = threading.Lock()
 
 
-def _agreed_seed(strategy: Any) -> Optional[int]:
+def _agreed_seed(strategy: InputHost) -> Optional[int]:
     """One seed for unseeded random ops, broadcast from replica 0 (None on a single replica)."""
-    if strategy.num_replicas_in_sync <= 1:
+    if strategy.input_placement().num_replicas_in_sync <= 1:
         return None
     # Drawn without advancing the global generator: distributing (which fit does after
     # BackupAndRestore restored the RNG) must not shift the draws of dropout and the like.
@@ -144,7 +145,7 @@ class DistributedDataset:
     position is taken up by the next ``iter()``.
     """
 
-    def __init__(self, strategy: Any, dataset: Dataset, mode: str, seed: Optional[int]) -> None:
+    def __init__(self, strategy: InputHost, dataset: Dataset, mode: str, seed: Optional[int]) -> None:
         self._strategy = strategy
         self._dataset = dataset
         self._mode = mode

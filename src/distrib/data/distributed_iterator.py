@@ -35,6 +35,7 @@ from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, s
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.data.distributed import DistributedDataset
+    from distrib.data.input_context import InputHost
 
 __all__ = ["DistributedIterator"]
 

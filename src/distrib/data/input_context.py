@@ -18,9 +18,15 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
-__all__ = ["InputContext", "InputPlacement"]
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.comm.collective import Collective
+
+__all__ = ["InputContext", "InputPlacement", "InputHost", "InputBinding"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +100,56 @@ class InputPlacement:
     def input_context(self) -> InputContext:
         """The `InputContext` a dataset function of this task receives."""
         return InputContext(self.num_input_pipelines, self.input_pipeline_id, self.num_replicas_in_sync)
+
+
+@runtime_checkable
+class InputHost(Protocol):
+    """Everything the input layer (`distrib.data.distributed`) needs from a strategy.
+
+    Every strategy is one; `InputBinding` is one built from parts (what
+    CentralStorageStrategy hands the input layer: one process taking whole
+    global batches).
+    """
+
+    @property
+    def device(self) -> torch.device:
+        """Where batches are delivered (CPU batches stay where they are)."""
+
+    @property
+    def collective(self) -> "Collective":
+        """Agrees shuffle seeds and step counts among the replicas."""
+
+    def input_placement(self) -> InputPlacement:
+        """Where this replica reads (pipelines, local replicas)."""
+
+    def input_context(self) -> InputContext:
+        """What a dataset function of this task receives."""
+
+
+@dataclass(frozen=True)
+class InputBinding:
+    """An `InputHost` built from parts.
+
+    Args:
+        placement: where this replica reads (pipelines, local replicas).
+        collective: agrees shuffle seeds and step counts among the replicas.
+        device: where batches are delivered (CPU batches stay where they are).
+        context: what a dataset function receives; default ``placement.input_context()``.
+
+    Example (one process taking whole global batches, as CentralStorageStrategy's input does):
+        >>> binding = InputBinding(InputPlacement(), LocalCollective())
+        >>> binding.input_context().num_replicas_in_sync
+        1
+    """
+
+    placement: InputPlacement
+    collective: "Collective" = field(compare=False)
+    device: torch.device = torch.device("cpu")
+    context: Optional[InputContext] = None
+
+    def input_placement(self) -> InputPlacement:
+        return self.placement
+
+    def input_context(self) -> InputContext:
+        """The `InputContext` a dataset function of this task receives."""
+        return self.context if self.context is not None else self.placement.input_context()

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from distrib.errors import DistribError
-from distrib.strategies.context import get_replica_context
+from distrib.strategies.context import get_replica_context, is_default_strategy
 
 __all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "apply_sample_weight", "match_ranks",
            "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model"]
@@ -70,7 +70,7 @@ def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
     if reduction not in (Reduction.AUTO, Reduction.SUM_OVER_BATCH_SIZE) or _MODEL_SCALING.depth:
         return
     ctx = get_replica_context()
-    if ctx is None or getattr(ctx.strategy, "is_default", False):
+    if ctx is None or is_default_strategy(ctx.strategy):
         return
     raise LossReductionError(
         f"loss {loss_name!r} with reduction={reduction.value!r} was called inside strategy.run() under "

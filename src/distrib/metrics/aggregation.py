@@ -13,7 +13,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 import torch
 
@@ -21,10 +21,13 @@ from distrib.comm.collective import ReduceOp
 from distrib.metrics.base import Metric
 from distrib.metrics.packing import pack, packed_size, unpack
 
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
 __all__ = ["global_results"]
 
 
-def global_results(metrics: Sequence[Metric], strategy: Optional[Any] = None) -> Dict[str, torch.Tensor]:
+def global_results(metrics: Sequence[Metric], strategy: "Optional[Strategy]" = None) -> Dict[str, torch.Tensor]:
     """``{metric.name: global result}`` for ``metrics``, with one all-reduce in all.
 
     Args:
@@ -42,7 +45,7 @@ def global_results(metrics: Sequence[Metric], strategy: Optional[Any] = None) ->
     if not metrics:
         return {}
     strategy = strategy if strategy is not None else metrics[0].distribute_strategy
-    if getattr(strategy, "num_replicas_in_sync", 1) <= 1:
+    if strategy.num_replicas_in_sync <= 1:
         return {m.name: m.local_result() for m in metrics}
     states = [m.state_tensors() for m in metrics]
     packs = [pack(s) for s in states]

@@ -31,13 +31,16 @@ results. States are summed across replicas.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import torch
 
 from distrib.comm.collective import ReduceOp
 from distrib.metrics.packing import pack, unpack
 from distrib.strategies.context import get_strategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["Metric", "snake_case"]
 
@@ -75,19 +78,19 @@ class Metric:
 
     # ------------------------------------------------------------- state
     @property
-    def distribute_strategy(self) -> Any:
+    def distribute_strategy(self) -> "Strategy":
         """The strategy whose replicas `result` aggregates over (captured at construction)."""
         return self._strategy
 
     @distribute_strategy.setter
-    def distribute_strategy(self, strategy: Any) -> None:
+    def distribute_strategy(self, strategy: "Strategy") -> None:
         self._strategy = strategy
 
     def add_state(self, name: str, shape: Sequence[int] = (), initial: float = 0.0) -> torch.Tensor:
         """Create a state tensor, set it as attribute ``name`` and register it for aggregation."""
         if name in self._state_names or hasattr(self, name):
             raise ValueError(f"metric {self.name!r} already has an attribute or state named {name!r}")
-        device = getattr(self._strategy, "device", None) or torch.device("cpu")
+        device = self._strategy.device
         dtype = torch.float32 if torch.device(device).type == "mps" else torch.float64
         tensor = torch.full(tuple(shape), float(initial), dtype=dtype, device=device)
         setattr(self, name, tensor)
@@ -149,7 +152,7 @@ class Metric:
     def result(self) -> torch.Tensor:
         """The global value over all replicas' state; a COLLECTIVE when there are several replicas."""
         strategy = self._strategy
-        if getattr(strategy, "num_replicas_in_sync", 1) <= 1:
+        if strategy.num_replicas_in_sync <= 1:
             return self.local_result()
         states = self.state_tensors()
         summed = strategy.reduce(ReduceOp.SUM, pack(states), axis=None)

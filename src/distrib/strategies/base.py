@@ -1,7 +1,9 @@
-"""The `Strategy` base: scope, run, reduce, gather and distributed input.
+"""`ReplicatedStrategy`: the one implementation of the replicated strategies.
 
-A strategy is composed from a cluster resolver (who is in the job), a
-`Collective` (how replicas talk) and a device (where this replica computes).
+Default, OneDevice, Mirrored and MultiWorkerMirrored are all this class;
+they only choose the devices and the cluster. A replicated strategy is
+composed from a cluster resolver (who is in the job), a `Collective` (how
+replicas talk) and a device (where this replica computes).
 distrib runs one process per replica, so `run` calls the replica function
 once, locally, and cross-replica work happens in collectives.
 
@@ -28,29 +30,28 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import torch
 
-from distrib.hooks import install_excepthook
-from distrib.comm.collective import Collective, LocalCollective, ReduceOp
+from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.hooks import install_excepthook
+from distrib.data.input_context import InputPlacement
 from distrib.strategies import context
+from distrib.strategies.cross_replica import gather_values, reduce_values
+from distrib.strategies.interface import Strategy
 from distrib.strategies.local_replicas import LocalReplicas
-from distrib.strategies.per_replica import PerReplica, combine_local
+from distrib.strategies.per_replica import PerReplica
 from distrib.strategies.replication import ScopeTracker
 from distrib.utils.host_allocator import tune_host_allocator
 from distrib.utils.nest import map_structure
 
-__all__ = ["Strategy"]
+__all__ = ["ReplicatedStrategy", "Strategy"]
 
 
-class Strategy:
-    """Base of every distribution strategy. Do not instantiate directly.
+class ReplicatedStrategy(Strategy):
+    """One process per replica, replicas kept in step by a collective.
 
-    Subclasses pass a collective, a device and a cluster resolver; they do not
-    subclass one another.
+    Subclasses only choose the collective, the device and the cluster
+    resolver they pass here; they do not subclass one another.
     """
-
-    #: Task types a strategy accepts in its cluster; others are an error.
-    supported_task_types: Tuple[str, ...] = ("chief", "worker", "evaluator")
 
     def __init__(
         self,
@@ -67,15 +68,13 @@ class Strategy:
         self._cluster_resolver = cluster_resolver
         self._communication_options = communication_options or CommunicationOptions()
         self._tracker = ScopeTracker(self)
-        self._scope_depth = 0
         self._grad_sync = None
         self._local_results: Any = None
         if self._collective.world_size > 1:
-            context.register_job_strategy(self)
-            if getattr(self, "tracks_modules", True):
-                from distrib.comm.optimizer_hook import install
+            from distrib.comm.optimizer_hook import install
 
-                install(self)
+            context.register_job_strategy(self)
+            install(self)
 
     # ----------------------------------------------------------- identity
     @property
@@ -114,18 +113,9 @@ class Strategy:
             return True
         return bool(getattr(r, "is_chief", True))
 
-    @property
-    def extended(self) -> "Strategy":
-        """TF code reaches some attributes through ``strategy.extended``; here it is the strategy."""
-        return self
-
-    @property
-    def should_checkpoint(self) -> bool:
-        return self.is_chief
-
     # -------------------------------------------------------------- scope
     @contextlib.contextmanager
-    def scope(self) -> Iterator["Strategy"]:
+    def scope(self) -> Iterator["ReplicatedStrategy"]:
         """Make this the current strategy; modules and optimizers created inside are distributed.
 
         Scopes nest; leaving restores the previous strategy. Parameters and
@@ -133,19 +123,8 @@ class Strategy:
         made identical on every replica when the scope closes or the first
         `run`/optimizer step needs them.
         """
-        context.push(self)
-        self._scope_depth += 1
-        if self._scope_depth == 1:
-            self._tracker.start_capture()
-        try:
+        with self._tracker.scope():
             yield self
-        finally:
-            self._scope_depth -= 1
-            if self._scope_depth == 0:
-                self._tracker.stop_capture()
-            context.pop(self)
-            if self._scope_depth == 0:
-                self._tracker.synchronize()
 
     def track_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Adopt a module created outside `scope()`: place it, sync it, sum its gradients."""
@@ -216,38 +195,12 @@ class Strategy:
         Example (2 replicas holding [1, 2] and [3]):
             reduce(SUM, v, axis=0) -> 6 ; reduce(MEAN, v, axis=0) -> 2.0
         """
-        op = _as_reduce_op(reduce_op)
-        return map_structure(lambda v: self._reduce_one(op, v, axis), _unwrap_structure(value))
-
-    def _reduce_one(self, op: ReduceOp, value: Any, axis: Optional[int]) -> Any:
-        t = torch.as_tensor(combine_local(value, op.value, axis))
-        if not t.is_floating_point() and op is ReduceOp.MEAN:
-            t = t.to(torch.float32)
-        t = t.detach().to(self.comm_device)
-        n = self.num_replicas_in_sync
-        if axis is None:
-            if op is ReduceOp.MEAN:
-                return self._collective.all_reduce(t.clone(), ReduceOp.SUM) / n
-            return self._collective.all_reduce(t.clone(), op)
-        if op in (ReduceOp.SUM, ReduceOp.MEAN):
-            packed = torch.cat([t.sum(dim=axis).reshape(-1).to(torch.float64),
-                                torch.tensor([t.shape[axis]], dtype=torch.float64, device=t.device)])
-            packed = self._collective.all_reduce(packed, ReduceOp.SUM)
-            total = packed[:-1].reshape(t.sum(dim=axis).shape).to(t.dtype if op is ReduceOp.SUM else torch.float32)
-            return total if op is ReduceOp.SUM else total / packed[-1].to(torch.float32)
-        local = t.amax(dim=axis) if op is ReduceOp.MAX else t.amin(dim=axis)
-        return self._collective.all_reduce(local.clone(), op)
+        return reduce_values(self._collective, self.comm_device, self.num_replicas_in_sync,
+                             reduce_op, value, axis)
 
     def gather(self, value: Any, axis: int = 0) -> Any:
         """Concatenate every replica's ``value`` along ``axis`` in replica order (sizes may differ)."""
-        def one(v: Any) -> torch.Tensor:
-            t = torch.as_tensor(combine_local(v, "SUM", axis)).detach().to(self.comm_device)
-            if t.dim() == 0:
-                t = t.reshape(1)
-            moved = t.movedim(axis, 0).contiguous()
-            parts = self._collective.all_gather(moved)
-            return torch.cat(parts, 0).movedim(0, axis)
-        return map_structure(one, _unwrap_structure(value))
+        return gather_values(self._collective, self.comm_device, value, axis)
 
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
         """One value per local replica of this task, in local replica order.
@@ -271,10 +224,6 @@ class Strategy:
             self._local_results = LocalResults(self.input_placement(), self._communication_options.timeout)
         return self._local_results.gather(value)
 
-    def _own_results(self, value: Any) -> Tuple[Any, ...]:
-        """The values this process itself holds (its replica's, or each replica's in one process)."""
-        return value.values if isinstance(value, PerReplica) else (value,)
-
     @property
     def comm_device(self) -> torch.device:
         """Where tensors must be to take part in this strategy's collectives."""
@@ -290,10 +239,6 @@ class Strategy:
             return InputPlacement(num_input_pipelines=n, input_pipeline_id=rid)
         return InputPlacement(num_input_pipelines=n // local, input_pipeline_id=rid // local,
                               num_local_replicas=local, local_replica_id=rid % local)
-
-    def input_context(self) -> InputContext:
-        """What ``distribute_datasets_from_function`` passes: one input pipeline per worker task."""
-        return self.input_placement().input_context()
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Split each *global* batch of ``dataset`` among the replicas (one pipeline per task, as in TF)."""
@@ -321,31 +266,3 @@ class Strategy:
 
         return distribute_from_function(self, dataset_fn, options)
 
-    # ----------------------------------------------------------- lifecycle
-    def barrier(self) -> None:
-        self._collective.barrier()
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_replicas_in_sync={self.num_replicas_in_sync}, "
-                f"replica_id={self.replica_id}, device={self._device})")
-
-
-def _unwrap_structure(value: Any) -> Any:
-    """A `PerReplica` of structures becomes a structure of `PerReplica` leaves."""
-    if not isinstance(value, PerReplica) or not value.values:
-        return value
-    first = value.values[0]
-    if isinstance(first, dict):
-        return {k: _unwrap_structure(PerReplica(tuple(v[k] for v in value.values))) for k in first}
-    if isinstance(first, (tuple, list)):
-        return type(first)(_unwrap_structure(PerReplica(tuple(v[i] for v in value.values)))
-                           for i in range(len(first)))
-    return value
-
-
-def _as_reduce_op(op: Any) -> ReduceOp:
-    if isinstance(op, ReduceOp):
-        return op
-    if isinstance(op, str) and op.upper() in ReduceOp.__members__:
-        return ReduceOp[op.upper()]
-    raise ValueError(f"reduce_op must be distrib.ReduceOp.SUM or MEAN (or MAX/MIN), got {op!r}")

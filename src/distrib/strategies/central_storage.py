@@ -25,17 +25,23 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from distrib import hooks
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.comm.collective import Collective, LocalCollective
+from distrib.comm.options import CommunicationOptions
+from distrib.data.input_context import InputBinding, InputPlacement
 from distrib.data.structure import empty_from_spec, loosen_batch, spec_of
+from distrib.hooks import install_excepthook
 from distrib.strategies import context
-from distrib.strategies.base import Strategy
+from distrib.strategies.cross_replica import gather_values, reduce_values
+from distrib.strategies.interface import Strategy
 from distrib.strategies.local_replicas import parse_replica_device
 from distrib.strategies.per_replica import PerReplica
+from distrib.strategies.replication import ScopeTracker
+from distrib.utils.host_allocator import tune_host_allocator
 from distrib.utils.nest import map_structure
 
 __all__ = ["CentralStorageStrategy"]
@@ -53,12 +59,18 @@ class CentralStorageStrategy(Strategy):
                                if torch.cuda.is_available() else ["cpu:0"])
         if not compute_devices:
             raise ValueError("CentralStorageStrategy(compute_devices=[]) needs at least one device")
+        install_excepthook()
+        tune_host_allocator()
         self._compute = [parse_replica_device(d)[1] for d in compute_devices]
         if parameter_device is None:
             parameter_device = "cpu" if len(self._compute) > 1 else self._compute[0]
-        super().__init__(device=parse_replica_device(parameter_device)[1])
+        self._device = parse_replica_device(parameter_device)[1]
+        self._collective = LocalCollective()
+        self._communication_options = CommunicationOptions()
+        self._tracker = ScopeTracker(self)
         self._local_id = 0
 
+    # ----------------------------------------------------------- identity
     @property
     def num_replicas_in_sync(self) -> int:
         return len(self._compute)
@@ -69,8 +81,64 @@ class CentralStorageStrategy(Strategy):
         return self._local_id
 
     @property
+    def cluster_resolver(self) -> None:
+        """None: the strategy is one process, whatever cluster it runs in."""
+        return None
+
+    @property
+    def is_chief(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        """The parameter device: where the central parameters live."""
+        return self._device
+
+    @property
+    def collective(self) -> Collective:
+        """A local collective: every replica is in this process."""
+        return self._collective
+
+    @property
+    def communication_options(self) -> CommunicationOptions:
+        return self._communication_options
+
+    @property
+    def comm_device(self) -> torch.device:
+        """Where reductions happen: the parameter device when it is a GPU, else the CPU."""
+        nccl = self._communication_options.backend_for(self._device) == "nccl"
+        return self._device if nccl else torch.device("cpu")
+
+    @property
     def compute_devices(self) -> List[torch.device]:
         return list(self._compute)
+
+    # -------------------------------------------------------------- scope
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["CentralStorageStrategy"]:
+        """Parameters and buffers registered inside are created on the parameter device."""
+        with self._tracker.scope():
+            yield self
+
+    def track_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Adopt a module created outside `scope()`: move it to the parameter device."""
+        self._tracker.track_module(module)
+        self._tracker.synchronize()
+        return module
+
+    # ------------------------------------------------------------- reduce
+    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+        """Combine the replicas' values (a `PerReplica` from `run`); see `distrib.Strategy.reduce`."""
+        return reduce_values(self._collective, self.comm_device, self.num_replicas_in_sync,
+                             reduce_op, value, axis)
+
+    def gather(self, value: Any, axis: int = 0) -> Any:
+        """The replicas' values concatenated along ``axis`` in replica order."""
+        return gather_values(self._collective, self.comm_device, value, axis)
+
+    def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
+        """Every replica's value: all replicas are local."""
+        return self._own_results(value)
 
     # ---------------------------------------------------------------- run
     def run(self, fn: Callable, args: Sequence = (), kwargs: Optional[dict] = None) -> Any:
@@ -105,18 +173,21 @@ class CentralStorageStrategy(Strategy):
         """One input pipeline; the replica running now inside `run` (0 outside it) is the local one."""
         return InputPlacement(num_local_replicas=self.num_replicas_in_sync, local_replica_id=self._local_id)
 
+    def _whole_batches(self) -> InputBinding:
+        """The input layer's view: one process taking whole global batches (`run` splits them)."""
+        return InputBinding(InputPlacement(), self._collective, self._device, context=self.input_context())
+
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Whole global batches; `run` splits them among the replicas."""
         from distrib.data.distributed import distribute_dataset
 
-        return distribute_dataset(_OneProcessView(self), dataset, options)
+        return distribute_dataset(self._whole_batches(), dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """The function's per-replica batches, K at a time: one `PerReplica` per tensor, for `run`."""
         from distrib.data.distributed import distribute_from_function
 
-        ctx = self.input_context()
-        per_replica = distribute_from_function(_OneProcessView(self), lambda _: dataset_fn(ctx), options)
+        per_replica = distribute_from_function(self._whole_batches(), dataset_fn, options)
         return _JoinedBatches(per_replica, self.num_replicas_in_sync)
 
 
@@ -187,26 +258,6 @@ class _HeldBackSteps(contextlib.AbstractContextManager):
                 p.grad = p.grad.detach().to(self._central)
             if stashed is not None:
                 p.grad = stashed if p.grad is None else p.grad + stashed
-
-
-class _OneProcessView:
-    """The strategy as the data layer should see it: one replica that takes whole global batches."""
-
-    def __init__(self, strategy: CentralStorageStrategy) -> None:
-        self._strategy = strategy
-        self.num_replicas_in_sync = 1
-        self.replica_id = 0
-        self.device = strategy.device
-        self.collective = strategy.collective
-
-    def input_placement(self) -> InputPlacement:
-        return InputPlacement()
-
-    def input_context(self) -> InputContext:
-        return InputContext()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._strategy, name)
 
 
 class _JoinedBatches:

@@ -2,7 +2,7 @@
 
 ``with strategy.scope():`` pushes a strategy; leaving pops it and restores the
 previous one, so scopes nest. Outside every scope the current strategy is the
-default strategy (a singleton). Code inside `Strategy.run` is in a *replica*
+process's default strategy (`distrib.strategies.default.default_strategy()`). Code inside `Strategy.run` is in a *replica*
 context; everywhere else is the *cross-replica* context.
 
 Example:
@@ -20,7 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, List, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.strategies.base import Strategy
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["get_strategy", "has_strategy", "in_cross_replica_context", "get_replica_context"]
 
@@ -72,15 +72,22 @@ def get_strategy() -> "Strategy":
     s = current_scope_strategy()
     if s is not None:
         return s
+    from distrib.strategies.default import default_strategy
+
+    return default_strategy()
+
+
+def is_default_strategy(strategy: "Strategy") -> bool:
+    """True for the pass-through strategy `get_strategy()` returns outside every scope."""
     from distrib.strategies.default import DefaultStrategy
 
-    return DefaultStrategy()
+    return isinstance(strategy, DefaultStrategy)
 
 
 def has_strategy() -> bool:
     """True inside the scope of a non-default strategy."""
     s = current_scope_strategy()
-    return s is not None and not getattr(s, "is_default", False)
+    return s is not None and not is_default_strategy(s)
 
 
 def in_cross_replica_context() -> bool:

@@ -1,43 +1,63 @@
 """`DefaultStrategy`: what `distrib.get_strategy()` returns outside every scope.
 
 One replica, the CPU, no communication, no placement: code written for a
-strategy runs unchanged with none.
+strategy runs unchanged with none. `default_strategy()` is the process's
+one instance (the one `get_strategy()` returns); constructing another gives
+an equivalent strategy.
+
+Example:
+    >>> distrib.get_strategy() is default_strategy()
+    True
+    >>> with default_strategy().scope():
+    ...     model = torch.nn.Linear(2, 2)     # left where torch put it
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from distrib.strategies.base import Strategy
+from distrib.strategies import context
+from distrib.strategies.base import ReplicatedStrategy
 
-__all__ = ["DefaultStrategy"]
+__all__ = ["DefaultStrategy", "default_strategy"]
 
-_instance: Optional["DefaultStrategy"] = None
+
+class DefaultStrategy(ReplicatedStrategy):
+    """The pass-through strategy: its scope captures nothing and `run` moves nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(device=torch.device("cpu"))
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["DefaultStrategy"]:
+        """Make this the current strategy; modules created inside stay as torch made them."""
+        context.push(self)
+        try:
+            yield self
+        finally:
+            context.pop(self)
+
+    def track_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Nothing to adopt: the module is returned as it is."""
+        return module
+
+    def run(self, fn: Callable, args: Sequence = (), kwargs: Optional[dict] = None) -> Any:
+        """Call ``fn`` as the single replica; inputs stay where they are."""
+        with context.replica_context(self):
+            return fn(*args, **(kwargs or {}))
+
+
+_instance: Optional[DefaultStrategy] = None
 _lock = threading.Lock()
 
 
-class DefaultStrategy(Strategy):
-    """The pass-through strategy (a singleton)."""
-
-    tracks_modules = False
-    is_default = True
-
-    def __new__(cls) -> "DefaultStrategy":
-        global _instance
-        with _lock:
-            if _instance is None:
-                _instance = super().__new__(cls)
-                Strategy.__init__(_instance, device=torch.device("cpu"))
+def default_strategy() -> DefaultStrategy:
+    """The process's default strategy (created on first use)."""
+    global _instance
+    with _lock:
+        if _instance is None:
+            _instance = DefaultStrategy()
         return _instance
-
-    def __init__(self) -> None:  # state is set once in __new__
-        pass
-
-    def run(self, fn, args=(), kwargs=None):
-        """Call ``fn`` as the single replica; inputs stay where they are."""
-        from distrib.strategies import context
-
-        with context.replica_context(self):
-            return fn(*args, **(kwargs or {}))

@@ -31,6 +31,7 @@ import torch
 
 import distrib
 from distrib import hooks
+from distrib.cluster.task import TaskInfo
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.spawn import start_process, wait_or_kill
@@ -124,8 +125,41 @@ class LocalReplicas:
             return f"replica {local} ({self.labels[local]})"
         return f"{self.base.describe(task)} replica {local} ({self.labels[local]})"
 
-    def __getattr__(self, name: str) -> Any:  # chief_task, replica_tasks, ... of the base
-        return getattr(self.base, name)
+    @property
+    def cluster_field(self) -> str:
+        """Where the cluster came from, for error messages (e.g. ``"TF_CONFIG['cluster']"``)."""
+        return self.base.cluster_field
+
+    @property
+    def task(self) -> Optional[TaskInfo]:
+        return self.base.task
+
+    @property
+    def chief_task(self) -> Optional[TaskInfo]:
+        return self.base.chief_task
+
+    @property
+    def chief_address(self) -> Optional[str]:
+        return self.base.chief_address
+
+    @property
+    def replica_tasks(self) -> List[TaskInfo]:
+        return self.base.replica_tasks
+
+    @property
+    def rpc_layer(self) -> Optional[str]:
+        return self.base.rpc_layer
+
+    @property
+    def environment(self) -> str:
+        return self.base.environment
+
+    def num_accelerators(self, task_type: Optional[str] = None, task_id: Optional[int] = None) -> Dict[str, int]:
+        return self.base.num_accelerators(task_type, task_id)
+
+    def master(self, task_type: Optional[str] = None, task_id: Optional[int] = None,
+               rpc_layer: Optional[str] = None) -> str:
+        return self.base.master(task_type, task_id, rpc_layer)
 
     # ------------------------------------------------------- launching
     def launch_children(self) -> None:

@@ -23,9 +23,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from distrib.comm.options import CommunicationImplementation, CommunicationOptions
+from distrib.comm.options import CommunicationOptions
 from distrib.data.input_context import InputPlacement
-from distrib.strategies.base import Strategy
+from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import local_task_index
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 from distrib.strategies.multi_worker import LOCAL_DEVICES_ENV
@@ -33,7 +33,7 @@ from distrib.strategies.multi_worker import LOCAL_DEVICES_ENV
 __all__ = ["MirroredStrategy"]
 
 
-class MirroredStrategy(Strategy):
+class MirroredStrategy(ReplicatedStrategy):
     """One replica per local device, gradients all-reduced.
 
     Args:

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
-from distrib.strategies.base import Strategy
+from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import select_local_gpu
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 
@@ -31,7 +31,7 @@ __all__ = ["MultiWorkerMirroredStrategy"]
 LOCAL_DEVICES_ENV = "DISTRIB_LOCAL_DEVICES"
 
 
-class MultiWorkerMirroredStrategy(Strategy):
+class MultiWorkerMirroredStrategy(ReplicatedStrategy):
     """Synchronous data parallelism across worker processes (and machines).
 
     Args:

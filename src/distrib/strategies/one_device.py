@@ -16,12 +16,12 @@ from typing import Optional, Union
 
 import torch
 
-from distrib.strategies.base import Strategy
+from distrib.strategies.base import ReplicatedStrategy
 
 __all__ = ["OneDeviceStrategy", "parse_device", "check_cpu_index", "cpu_replica_limit"]
 
 
-class OneDeviceStrategy(Strategy):
+class OneDeviceStrategy(ReplicatedStrategy):
     """A single replica on ``device`` ("cpu", "cuda:0", "/gpu:0", ...)."""
 
     def __init__(self, device: Union[str, torch.device]) -> None:

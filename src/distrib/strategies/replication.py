@@ -22,9 +22,10 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple
 
 import torch
 
@@ -33,7 +34,8 @@ from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.strategies.base import Strategy
+    from distrib.strategies.base import ReplicatedStrategy
+    from distrib.strategies.central_storage import CentralStorageStrategy
 
 __all__ = ["ScopeTracker"]
 
@@ -43,8 +45,9 @@ _Slot = Tuple["weakref.ref[torch.nn.Module]", str, str]  # (module, kind, name)
 class ScopeTracker:
     """Captures modules created in a strategy's scope and keeps replicas in sync."""
 
-    def __init__(self, strategy: "Strategy") -> None:
+    def __init__(self, strategy: "ReplicatedStrategy | CentralStorageStrategy") -> None:
         self._strategy = strategy
+        self._depth = 0
         self._lock = threading.RLock()
         self._pending: List[_Slot] = []
         self._tracked_param_ids: Dict[int, None] = {}
@@ -56,20 +59,37 @@ class ScopeTracker:
     def _replicated(self) -> bool:
         return self._strategy.collective.world_size > 1
 
-    @property
-    def enabled(self) -> bool:
-        return getattr(self._strategy, "tracks_modules", True)
-
     # ------------------------------------------------------------ capture
-    def start_capture(self) -> None:
-        if not self.enabled:
-            return
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """The strategy's ``scope()``: current strategy, capture while the outermost is open, sync on leaving.
+
+        Scopes nest; leaving restores the previous strategy. Parameters and
+        buffers registered inside are placed on the strategy's device and (with
+        several replicas) made identical on every replica when the outermost
+        scope closes or the first `run`/forward needs them.
+        """
+        context.push(self._strategy)
+        self._depth += 1
+        if self._depth == 1:
+            self._start_capture()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._stop_capture()
+            context.pop(self._strategy)
+            if self._depth == 0:
+                self.synchronize()
+
+    def _start_capture(self) -> None:
         self._hooks = [
             hooks.module_registration_hook("parameter", self._on_parameter),
             hooks.module_registration_hook("buffer", self._on_buffer),
         ]
 
-    def stop_capture(self) -> None:
+    def _stop_capture(self) -> None:
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -108,8 +128,6 @@ class ScopeTracker:
 
     def track_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Adopt a module created outside the scope: place it and sync it (idempotent)."""
-        if not self.enabled:
-            return module
         module.to(self._strategy.device)
         for mod in module.modules():
             for name, p in mod._parameters.items():

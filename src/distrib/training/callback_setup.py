@@ -15,12 +15,15 @@ last step of an epoch; ``on_*_batch_end`` receives them on those steps and
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Tuple, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["resolve_verbose", "make_callback_list"]
 
 
-def resolve_verbose(verbose: Union[str, int], strategy: Any) -> int:
+def resolve_verbose(verbose: Union[str, int], strategy: "Strategy") -> int:
     """The verbosity this worker uses: 0 on every worker but the chief."""
     if verbose == "auto":
         level = 1

@@ -28,13 +28,16 @@ Example (2 replicas, 100 examples, batch_size=10):
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import flatten, map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "is_array_structure", "count_rows"]
 
@@ -159,7 +162,7 @@ class DataHandler:
 class StepIterator:
     """Yields ``(replica_batch, global_batch_size)`` from a distributed iterator."""
 
-    def __init__(self, inner: Any, strategy: Any, class_weight: Optional[torch.Tensor],
+    def __init__(self, inner: Any, strategy: "Strategy", class_weight: Optional[torch.Tensor],
                  handler: DataHandler) -> None:
         self._inner = inner
         self._strategy = strategy
@@ -183,7 +186,7 @@ class StepIterator:
         return batch, int(size)
 
 
-def _sum_over_replicas(local: int, strategy: Any) -> int:
+def _sum_over_replicas(local: int, strategy: "Strategy") -> int:
     if strategy.num_replicas_in_sync == 1:
         return local
     return int(strategy.reduce(ReduceOp.SUM, torch.tensor(local, dtype=torch.int64), axis=None))
@@ -205,7 +208,7 @@ def _with_class_weight(batch: Any, table: torch.Tensor) -> Any:
     return (batch[0], batch[1], weights)
 
 
-def _check_global_batch(batch_size: int, strategy: Any) -> None:
+def _check_global_batch(batch_size: int, strategy: "Strategy") -> None:
     n = strategy.num_replicas_in_sync
     if batch_size % n:
         lo, hi = batch_size - batch_size % n, batch_size - batch_size % n + n

@@ -13,11 +13,14 @@ Example (2 replicas, one metric): one all-reduce of ``[loss_total, acc_total, ac
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 import torch
 
 from distrib.comm.collective import ReduceOp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["global_logs"]
 
@@ -32,7 +35,7 @@ def _value(result: Any) -> Any:
     return float(result) if isinstance(result, (int, float)) else result
 
 
-def global_logs(strategy: Any, tracker: Any, metrics: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
+def global_logs(strategy: "Strategy", tracker: Any, metrics: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
     """``{"loss": ..., name: ...}``; a collective: every worker calls it with the same metrics."""
     packed: List[Tuple[str, Any, Dict[str, torch.Tensor]]] = []
     flats = [tracker.local_total().reshape(1)]

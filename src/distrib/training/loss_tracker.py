@@ -16,11 +16,14 @@ Example (one replica, two steps of 4 and 2 examples with losses 1.0 and 4.0):
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 
 from distrib.comm.collective import ReduceOp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["LossTracker"]
 
@@ -28,7 +31,7 @@ __all__ = ["LossTracker"]
 class LossTracker:
     """Batch-size-weighted mean of global step losses; `result` is a collective."""
 
-    def __init__(self, strategy: Any) -> None:
+    def __init__(self, strategy: "Strategy") -> None:
         self._strategy = strategy
         self._total: Optional[torch.Tensor] = None
         self._count = 0

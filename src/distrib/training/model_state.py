@@ -27,12 +27,13 @@ from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
     from distrib.training.loop import TrainingLoop
 
 __all__ = ["model_state_dict", "load_model_state", "apply_metric_state", "get_weights", "set_weights"]
 
 
-def _metric_state(metric: Any, strategy: Any, aggregate: bool) -> Any:
+def _metric_state(metric: Any, strategy: "Strategy", aggregate: bool) -> Any:
     if not hasattr(metric, "state_dict"):
         return None
     state = metric.state_dict()

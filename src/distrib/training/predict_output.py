@@ -15,11 +15,14 @@ Example (2 workers, 5 examples, batch_size=4: batches [0..3] and [4]):
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, List
 
 import torch
 
 from distrib.utils.nest import flatten, map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["rows_of", "assemble", "concat", "interleave"]
 
@@ -32,7 +35,7 @@ def rows_of(y_pred: Any) -> int:
     return int(leaves[0].shape[0]) if leaves[0].dim() else 1
 
 
-def assemble(strategy: Any, outputs: List[Any], sizes: List[int]) -> Any:
+def assemble(strategy: "Strategy", outputs: List[Any], sizes: List[int]) -> Any:
     """This process's per-step predictions, gathered from every process and put in input order, as numpy."""
     if not outputs:
         raise ValueError("predict: the input produced no batches; check that x is not empty")

@@ -6,9 +6,9 @@ the job's channel (gRPC, authenticated with the job secret), and then:
 
 * on a **ps** or **worker** task it *serves* — holding variables, or running
   the functions the chief schedules — until the chief's program ends, and
-  then exits the process with status 0 (``SystemExit`` raised from the
-  constructor: nothing after it in the script runs there; this is
-  TensorFlow's ``server.join()``);
+  then exits the process with status 0 (TensorFlow's ``server.join()``:
+  nothing after it in the script runs there; see
+  `distrib.strategies.parameter_server.serve.serve_forever_and_exit`);
 * on the **chief** it returns: the chief runs the program, creates the
   model in ``strategy.scope()`` (its parameters are placed on the ps tasks)
   and uses a `distrib.coordinator.ClusterCoordinator` to schedule steps on
@@ -34,21 +34,28 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import cloudpickle
 import torch
 
 from distrib import hooks
 from distrib.cluster.task import TaskInfo
+from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
+from distrib.data.input_context import InputContext, InputPlacement
+from distrib.hooks import install_excepthook
 from distrib.strategies import context
+from distrib.strategies.cross_replica import gather_values, reduce_values
+from distrib.strategies.interface import Strategy
 from distrib.strategies.parameter_server import server as ps_server
-from distrib.strategies.base import Strategy
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
 from distrib.strategies.parameter_server.runtime import Runtime
+from distrib.strategies.parameter_server.serve import serve_forever_and_exit
 from distrib.strategies.parameter_server.variables import VariableRegistry, device_name
+from distrib.utils.host_allocator import tune_host_allocator
+from distrib.utils.nest import map_structure
 
 __all__ = ["ParameterServerStrategy"]
 
@@ -72,53 +79,73 @@ class ParameterServerStrategy(Strategy):
     """
 
     supported_task_types = ("chief", "worker", "ps", "evaluator")
-    tracks_modules = False
 
     def __init__(self, cluster_resolver: Any = None, variable_partitioner: Optional[Callable] = None, *,
                  communication_options: Optional[CommunicationOptions] = None) -> None:
         from distrib.cluster import resolve_cluster
 
+        install_excepthook()
+        tune_host_allocator()
         resolver = cluster_resolver if cluster_resolver is not None else resolve_cluster()
         cluster = PSCluster.from_resolver(resolver)
-        super().__init__(cluster_resolver=resolver, communication_options=communication_options)
+        self._resolver = resolver
         self._cluster = cluster
+        self._communication_options = communication_options or CommunicationOptions()
+        self._collective = LocalCollective()
+        self._device = torch.device("cpu")
+        self._scope_depth = 0
         self._partitioner = variable_partitioner
         self._runtime: Optional[Runtime] = None
         self._registry: Optional[VariableRegistry] = None
         self._exporter: Optional[Exporter] = None
         self._coordinator: Any = None
-        self._worker_view = False
+        self._guard: Any = None
         role = cluster.task.task_type
         if role == "evaluator":
             return
         runtime = Runtime(cluster, self._communication_options.timeout)
         runtime.start()
-        if role == "ps":
-            runtime.serve()
-            raise SystemExit(0)
-        if role == "worker":
-            from distrib.strategies.parameter_server.worker import serve_worker
-
-            view = type(self)._view_for_worker(resolver, cluster)
-            serve_worker(runtime, view, cluster.worker_ids.index(cluster.task.task_id))
-            raise SystemExit(0)
+        if role != "chief":
+            serve_forever_and_exit(runtime, self)  # a worker or ps task: TF's server.join()
         self._runtime = runtime
         self._registry = VariableRegistry(runtime, cluster.ps_ids, variable_partitioner, self._captures_here)
         self._exporter = Exporter(self, self._registry, self._classify, self._register_optimizer)
         self._guard = hooks.optimizer_step_pre_hook(self._refuse_local_step)
         hooks.at_exit(self._shutdown)
 
-    @classmethod
-    def _view_for_worker(cls, resolver: Any, cluster: PSCluster) -> "ParameterServerStrategy":
-        """The strategy object scheduled functions see on a worker: one local replica."""
-        view = cls.__new__(cls)
-        Strategy.__init__(view, cluster_resolver=resolver)
-        view._cluster, view._partitioner, view._runtime = cluster, None, None
-        view._registry = view._exporter = view._coordinator = None
-        view._worker_view = True
-        return view
-
     # ----------------------------------------------------------- identity
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """1: each scheduled function is one replica's step on one worker."""
+        return 1
+
+    @property
+    def replica_id(self) -> int:
+        return 0
+
+    @property
+    def cluster_resolver(self) -> Any:
+        """The resolver describing the job (``task_type``, ``task_id``, ``cluster_spec()``)."""
+        return self._resolver
+
+    @property
+    def is_chief(self) -> bool:
+        return self._cluster.task.task_type == "chief"
+
+    @property
+    def device(self) -> torch.device:
+        """Where scheduled functions compute on a worker (the CPU)."""
+        return self._device
+
+    @property
+    def collective(self) -> Collective:
+        """A local collective: tasks talk through the parameter-server channel instead."""
+        return self._collective
+
+    @property
+    def communication_options(self) -> CommunicationOptions:
+        return self._communication_options
+
     @property
     def cluster(self) -> PSCluster:
         """The parameter-server cluster (tasks, names, addresses)."""
@@ -128,14 +155,30 @@ class ParameterServerStrategy(Strategy):
     def variable_partitioner(self) -> Optional[Callable]:
         return self._partitioner
 
-    def input_context(self):
-        from distrib.data.input_context import InputContext
+    # -------------------------------------------------------------- input
+    def input_placement(self) -> InputPlacement:
+        """One replica reading its own pipeline (what a scheduled function sees on a worker)."""
+        return InputPlacement()
 
-        if self._worker_view:
+    def input_context(self) -> InputContext:
+        """On a worker: one input pipeline per worker, this worker's (for per-worker datasets)."""
+        if self._cluster.task.task_type == "worker":
             ids = self._cluster.worker_ids
             return InputContext(num_input_pipelines=len(ids),
                                 input_pipeline_id=ids.index(self._cluster.task.task_id), num_replicas_in_sync=1)
-        return super().input_context()
+        return self.input_placement().input_context()
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        """Whole batches, for one replica (a per-worker dataset on a worker)."""
+        from distrib.data.distributed import distribute_dataset
+
+        return distribute_dataset(self, dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
+        """``dataset_fn(input_context)``, with this worker's `input_context` on a worker."""
+        from distrib.data.distributed import distribute_from_function
+
+        return distribute_from_function(self, dataset_fn, options)
 
     # -------------------------------------------------------------- scope
     @contextlib.contextmanager
@@ -145,11 +188,14 @@ class ParameterServerStrategy(Strategy):
         if outermost:
             self._registry.start_capture()
         ok = False
+        context.push(self)
+        self._scope_depth += 1
         try:
-            with super().scope() as strategy:
-                yield strategy
+            yield self
             ok = True
         finally:
+            self._scope_depth -= 1
+            context.pop(self)
             if outermost:
                 self._registry.stop_capture()
                 if ok:
@@ -164,6 +210,29 @@ class ParameterServerStrategy(Strategy):
             self._registry.adopt(module)
             self._registry.place_pending()
         return module
+
+    # ------------------------------------------------------ replica work
+    def run(self, fn: Callable, args: Sequence = (), kwargs: Optional[dict] = None) -> Any:
+        """Run ``fn`` as this process's one replica (inside a scheduled function, on a worker)."""
+        args = map_structure(self._to_device, tuple(args))
+        kwargs = map_structure(self._to_device, dict(kwargs or {}))
+        with context.replica_context(self):
+            return fn(*args, **kwargs)
+
+    def _to_device(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device != self._device:
+            return value.to(self._device, non_blocking=True)
+        return value
+
+    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+        """Combine this process's replica value(s); see `distrib.Strategy.reduce`."""
+        return reduce_values(self._collective, self.comm_device, 1, reduce_op, value, axis)
+
+    def gather(self, value: Any, axis: int = 0) -> Any:
+        return gather_values(self._collective, self.comm_device, value, axis)
+
+    def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
+        return self._own_results(value)
 
     # ---------------------------------------------------------- variables
     def _require_chief(self, what: str) -> VariableRegistry:
@@ -240,7 +309,7 @@ class ParameterServerStrategy(Strategy):
         """End of the chief's program: stop dispatching, tell the workers and ps tasks to exit."""
         if self._coordinator is not None:
             self._coordinator._dispatcher.stop()
-        if getattr(self, "_guard", None) is not None:
+        if self._guard is not None:
             self._guard.remove()
             self._guard = None
         if self._runtime is not None:
