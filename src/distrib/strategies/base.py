@@ -246,20 +246,6 @@ class ReplicatedStrategy(Strategy):
 
         return distribute_dataset(self, dataset, options)
 
-    def experimental_distribute_values_from_function(self, value_fn: Callable) -> Any:
-        """``value_fn(ValueContext)`` for each replica of this process, ready for `run`.
-
-        See `distrib.strategies.values`; ``experimental_local_results`` of the
-        result gives this task's replicas' values in order.
-        """
-        from distrib.strategies.values import distribute_values
-
-        return distribute_values(value_fn, self._replicas_in_process(), self.num_replicas_in_sync)
-
-    def _replicas_in_process(self) -> Tuple[int, ...]:
-        """The replica ids whose code this process runs (one, except for CentralStorage)."""
-        return (self.replica_id,)
-
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """Call ``dataset_fn(input_context)`` once per task; its batches go to the task's replicas in turn."""
         from distrib.data.distributed import distribute_from_function

@@ -131,6 +131,20 @@ class Strategy(abc.ABC):
         self.collective.barrier()
 
     # -------------------------------------------------------------- input
+    def experimental_distribute_values_from_function(self, value_fn: Callable) -> Any:
+        """``value_fn(ValueContext)`` for each replica of this process, ready for `run`.
+
+        See `distrib.strategies.values`; ``experimental_local_results`` of the
+        result gives this task's replicas' values in order.
+        """
+        from distrib.strategies.values import distribute_values
+
+        return distribute_values(value_fn, self._replicas_in_process(), self.num_replicas_in_sync)
+
+    def _replicas_in_process(self) -> Tuple[int, ...]:
+        """The replica ids whose code this process runs (one, except for CentralStorage)."""
+        return (self.replica_id,)
+
     @abc.abstractmethod
     def input_placement(self) -> InputPlacement:
         """This replica's task pipeline and local index (one pipeline per task, as in TF)."""
