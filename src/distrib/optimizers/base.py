@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
+from distrib.optimizers.learning_rate import LearningRateValue
+
 __all__ = ["Optimizer"]
 
 
@@ -146,11 +148,15 @@ class Optimizer:
 
     # ---------------------------------------------------- learning rate
     @property
-    def learning_rate(self) -> float:
-        """The current learning rate (the first param group's once built)."""
+    def learning_rate(self) -> LearningRateValue:
+        """The current learning rate (the first param group's once built).
+
+        A float that also has Keras's ``.numpy()``, so
+        ``model.optimizer.learning_rate.numpy()`` works as in Keras code.
+        """
         if self._torch is None:
-            return self._learning_rate
-        return float(self._torch.param_groups[0]["lr"])
+            return LearningRateValue(self._learning_rate)
+        return LearningRateValue(float(self._torch.param_groups[0]["lr"]))
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
