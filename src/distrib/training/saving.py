@@ -89,7 +89,7 @@ def model_config(model: Any) -> Dict[str, Any]:
             f"saving {model.name}: no importable builder is known, so load_model will need "
             f"load_model(path, builder=...); pass distrib.Model(module, builder='pkg.module:function') "
             "to record one", stacklevel=4)
-    elif builder.startswith("__main__:"):
+    elif builder is not None and builder.startswith("__main__:"):
         warnings.warn(f"saving {model.name}: builder {builder!r} is defined in the script being run, so only "
                       "that script can load this model; move it to an importable module", stacklevel=4)
     return {

@@ -109,10 +109,11 @@ def check_weights(module: torch.nn.Module, state: Mapping[str, torch.Tensor], fi
     shapes = [f"{k} (file {tuple(state[k].shape)}, model {tuple(v.shape)})" for k, v in expected.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
     problems: List[str] = []
-    for label, keys in (("missing key", missing), ("unexpected key", unexpected), ("shape mismatch", shapes)):
+    for one, many, keys in (("missing key", "missing keys", missing), ("unexpected key", "unexpected keys", unexpected),
+                            ("shape mismatch", "shape mismatches", shapes)):
         if keys:
             more = f" and {len(keys) - _MAX_LISTED} more" if len(keys) > _MAX_LISTED else ""
-            problems.append(f"{label}{'s' if len(keys) > 1 else ''} {', '.join(keys[:_MAX_LISTED])}{more}")
+            problems.append(f"{many if len(keys) > 1 else one} {', '.join(keys[:_MAX_LISTED])}{more}")
     if problems:
         raise WeightsMismatchError(
             f"load_weights({filepath}): the weights do not fit {type(module).__name__}: {'; '.join(problems)}; "
