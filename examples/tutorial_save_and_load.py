@@ -93,13 +93,22 @@ eval_batch = next(iter(eval_dataset.map(lambda image, label: image)))
 say("restored predictions match:",
     bool(np.allclose(restored_keras_model.predict(eval_batch, verbose=0), model.predict(eval_batch, verbose=0),
                      atol=1e-5)))
-restored_keras_model.fit(train_dataset, epochs=EPOCHS)
+# distrib difference: in a job of several replica processes (2 CPU replicas, `distrib launch`), training a
+# model that is not replicated is refused (each process would train alone); such a model can evaluate/predict.
+ALONE = mirrored_strategy.num_replicas_in_sync == 1
+if ALONE:
+  restored_keras_model.fit(train_dataset, epochs=EPOCHS)
+else:
+  say("unreplicated model evaluates:", restored_keras_model.evaluate(eval_dataset, verbose=0))
 
 # Restore the model under another strategy:
 another_strategy = distrib.OneDeviceStrategy('/cpu:0')
 with another_strategy.scope():
   restored_keras_model_ds = distrib.models.load_model(keras_model_path)
-  restored_keras_model_ds.fit(train_dataset, epochs=EPOCHS)
+  if ALONE:
+    restored_keras_model_ds.fit(train_dataset, epochs=EPOCHS)
+  else:
+    say("OneDeviceStrategy model evaluates:", restored_keras_model_ds.evaluate(eval_dataset, verbose=0))
 
 # ------------------------------------------------------- The tf.saved_model API
 model = get_model()  # get a fresh model
