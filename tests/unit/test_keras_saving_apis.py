@@ -270,3 +270,28 @@ def test_load_detects_a_damaged_export(tmp_path):
     (tmp_path / "e" / "weights.safetensors").write_bytes(bytes(data))
     with pytest.raises(storage.CorruptCheckpointError, match="weights.safetensors"):
         distrib.saved_model.load(str(tmp_path / "e"))
+
+
+def test_learning_rate_under_a_schedule_reads_the_current_value_and_survives_save(tmp_path):
+    schedule = distrib.optimizers.schedules.ExponentialDecay(0.1, decay_steps=4, decay_rate=0.5)
+    torch.manual_seed(0)
+    model = distrib.Model(_net())
+    model.compile(optimizer=distrib.optimizers.SGD(learning_rate=schedule),
+                  loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert model.optimizer.learning_rate.numpy() == np.float32(0.1)
+    seen = []
+
+    class PrintLR(distrib.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append((model.optimizer.iterations, float(model.optimizer.learning_rate)))
+
+    model.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[PrintLR()])   # 4 steps per epoch
+    assert seen == [(4, pytest.approx(0.05)), (8, pytest.approx(0.025))]
+    assert model.torch_optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** (7 / 4))  # the last step's
+    with pytest.raises(TypeError, match="follows ExponentialDecay"):
+        model.optimizer.learning_rate = 0.3
+    model.save(str(tmp_path / "m"))
+    loaded = distrib.models.load_model(str(tmp_path / "m"))
+    assert loaded.optimizer.iterations == 8 and float(loaded.optimizer.learning_rate) == pytest.approx(0.025)
+    piecewise = distrib.optimizers.schedules.PiecewiseConstantDecay([2], [1.0, 0.5])
+    assert [piecewise(s) for s in (0, 2, 3)] == [1.0, 1.0, 0.5]
