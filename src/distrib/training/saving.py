@@ -53,6 +53,7 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.training.architecture import describe, rebuild
 from distrib.training.serialization import SerializationError, from_spec, import_by_path, importable_path
+from distrib.training.weights import write_directory
 
 __all__ = ["save_model", "load_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 
@@ -116,21 +117,8 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True) ->
              "optimizer": None if model.torch_optimizer is None else model.torch_optimizer.state_dict()}
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
     state_bytes = dumps_state(state)
-    if not overwrite:
-        taken = strategy.is_chief and storage.exists(filepath)
-        if strategy.num_replicas_in_sync > 1:
-            taken = strategy.collective.agree_any(taken)
-        if taken:
-            raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
-    write_path = storage.write_path_for(filepath, strategy)
-    try:
-        with storage.AtomicDirectory(write_path, info={"kind": FORMAT, "name": model.name}) as directory:
-            directory.write_bytes(CONFIG_NAME, config_bytes)
-            directory.write_bytes(STATE_NAME, state_bytes)
-    finally:
-        storage.remove_write_path(filepath, write_path)
-    if strategy.num_replicas_in_sync > 1:
-        strategy.barrier()
+    write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: state_bytes},
+                    {"kind": FORMAT, "name": model.name}, overwrite, who="model.save")
 
 
 def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[..., Any]] = None,
