@@ -101,8 +101,6 @@ def _dtype(name: str, where: str) -> torch.dtype:
 
 def _example(spec: TensorSpec, device: torch.device) -> torch.Tensor:
     shape = [2 if d is None else d for d in spec.shape]  # 2: torch.export specialises sizes 0 and 1
-    if spec.dtype.is_floating_point or spec.dtype.is_complex:
-        return torch.zeros(shape, dtype=spec.dtype, device=device)
     return torch.zeros(shape, dtype=spec.dtype, device=device)
 
 

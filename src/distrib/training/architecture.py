@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -146,11 +147,8 @@ def _rebuild(spec: Any, where: str, depth: int) -> torch.nn.Module:
         built = [(key, _rebuild(child, f"{where}.{key}", depth + 1)) for key, child in children]
         if name == "ModuleList":
             return torch.nn.ModuleList([m for _, m in built])
-        modules = dict(built)
         if name == "ModuleDict":
-            return torch.nn.ModuleDict(modules)
-        from collections import OrderedDict
-
+            return torch.nn.ModuleDict(dict(built))
         return torch.nn.Sequential(OrderedDict(built))
     args = spec.get("args")
     if not isinstance(args, dict) or not all(isinstance(k, str) and k.isidentifier() for k in args):
