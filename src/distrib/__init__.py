@@ -55,10 +55,11 @@ _LAZY_ATTRS = {
     "NcclAllReduce": ("distrib.strategies.cross_device_ops", "NcclAllReduce"),
     "HierarchicalCopyAllReduce": ("distrib.strategies.cross_device_ops", "HierarchicalCopyAllReduce"),
     "ReductionToOneDevice": ("distrib.strategies.cross_device_ops", "ReductionToOneDevice"),
+    "TensorSpec": ("distrib.data.structure", "TensorSpec"),
 }
 _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "losses", "metrics", "optimizers",
                  "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator", "plot",
-                 "mixed_precision", "layers"}
+                 "mixed_precision", "layers", "saved_model"}
 
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 

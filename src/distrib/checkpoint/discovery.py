@@ -1,6 +1,7 @@
 """Finding checkpoints in a directory: `latest_checkpoint` and the numbered listing.
 
-The directory listing is the truth: a checkpoint is a ``<prefix>-<N>``
+The directory listing is the truth: a checkpoint is a ``<prefix>-<N>`` (or
+Keras's ``<prefix>_<N>``, as ``ModelCheckpoint("ckpt_{epoch}")`` writes)
 directory with a valid ``COMPLETE`` marker and matching checksums. The newest
 is the one with the highest ``N``. A damaged or incomplete candidate (a
 truncated file, a flipped bit, a missing marker) is skipped with a
@@ -23,7 +24,7 @@ from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
 __all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid"]
 
-_NUMBERED = re.compile(r"^(?P<prefix>.+)-(?P<number>\d+)$")
+_NUMBERED = re.compile(r"^(?P<prefix>.+?)[-_](?P<number>\d+)$")
 
 
 def numbered_checkpoints(directory: str, prefix: Optional[str] = None) -> List[Tuple[int, str]]:

@@ -17,6 +17,7 @@ from distrib.optimizers.learning_rate import get_learning_rate, set_learning_rat
 from distrib.optimizers.registry import deserialize, get, serialize
 from distrib.optimizers.rmsprop import RMSprop
 from distrib.optimizers.sgd import SGD
+from distrib.optimizers import schedules
 
 __all__ = [
     "Optimizer",
@@ -30,4 +31,5 @@ __all__ = [
     "deserialize",
     "get_learning_rate",
     "set_learning_rate",
+    "schedules",
 ]

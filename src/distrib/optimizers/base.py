@@ -37,6 +37,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
+from distrib.optimizers import schedules
+from distrib.optimizers.learning_rate import LearningRateValue
+
 __all__ = ["Optimizer"]
 
 
@@ -52,7 +55,8 @@ class Optimizer:
     """Base of the Keras-named optimizers; subclasses set `torch_class` and `_torch_kwargs`.
 
     Args:
-        learning_rate: the learning rate (a float; schedules: use callbacks).
+        learning_rate: the learning rate: a float, or a `distrib.optimizers.schedules`
+            schedule of the step (then ``learning_rate`` reads the current value).
         weight_decay: decoupled weight decay, Keras-style (None for none).
         clipnorm: clip each gradient tensor to this L2 norm.
         clipvalue: clip each gradient element to ``[-clipvalue, clipvalue]``.
@@ -70,9 +74,15 @@ class Optimizer:
                  global_clipnorm: Optional[float] = None, name: Optional[str] = None) -> None:
         self.name = name or self.default_name
         who = type(self).__name__
-        if callable(learning_rate):
-            raise TypeError(f"{who}: learning_rate must be a float; for a schedule use "
-                            "distrib.callbacks.LearningRateScheduler")
+        if isinstance(learning_rate, dict) and "schedule" in learning_rate:
+            learning_rate = schedules.deserialize(learning_rate)
+        self._schedule: Optional[schedules.LearningRateSchedule] = None
+        if isinstance(learning_rate, schedules.LearningRateSchedule):
+            self._schedule = learning_rate
+            learning_rate = float(learning_rate(0))
+        elif callable(learning_rate):
+            raise TypeError(f"{who}: learning_rate must be a float or a distrib.optimizers.schedules schedule; "
+                            "for a per-epoch function use distrib.callbacks.LearningRateScheduler")
         self._learning_rate = _check_nonneg("learning_rate", learning_rate, who)
         self.weight_decay = _check_nonneg("weight_decay", weight_decay, who)
         self.clipnorm = _check_nonneg("clipnorm", clipnorm, who)
@@ -105,6 +115,9 @@ class Optimizer:
         opt = self.torch_class(params, lr=self._learning_rate, **self._torch_kwargs())
         if self._needs_pre_hook():
             opt.register_step_pre_hook(self._pre_step)
+        if self._schedule is not None:
+            opt.param_groups[0].setdefault("iterations", 0)
+            opt.register_step_post_hook(self._count_step)
         self._torch = opt
         return opt
 
@@ -123,10 +136,22 @@ class Optimizer:
     def _needs_pre_hook(self) -> bool:
         decay = self.weight_decay and not self.native_weight_decay
         return bool(decay or self.clipnorm is not None or self.clipvalue is not None
-                    or self.global_clipnorm is not None)
+                    or self.global_clipnorm is not None or self._schedule is not None)
+
+    def _count_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        optimizer.param_groups[0]["iterations"] = int(optimizer.param_groups[0].get("iterations", 0)) + 1
+
+    @property
+    def iterations(self) -> int:
+        """Steps taken so far (Keras's ``optimizer.iterations``; counted when a schedule is used)."""
+        if self._torch is None:
+            return 0
+        return int(self._torch.param_groups[0].get("iterations", 0))
 
     @torch.no_grad()
     def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._schedule is not None:
+            self._set_group_lr(optimizer, float(self._schedule(int(optimizer.param_groups[0].get("iterations", 0)))))
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if grads:
             if self.clipvalue is not None:
@@ -146,22 +171,35 @@ class Optimizer:
 
     # ---------------------------------------------------- learning rate
     @property
-    def learning_rate(self) -> float:
-        """The current learning rate (the first param group's once built)."""
+    def learning_rate(self) -> LearningRateValue:
+        """The current learning rate (the first param group's once built).
+
+        A float that also has Keras's ``.numpy()``, so
+        ``model.optimizer.learning_rate.numpy()`` works as in Keras code.
+        """
+        if self._schedule is not None:
+            return LearningRateValue(float(self._schedule(self.iterations)))
         if self._torch is None:
-            return self._learning_rate
-        return float(self._torch.param_groups[0]["lr"])
+            return LearningRateValue(self._learning_rate)
+        return LearningRateValue(float(self._torch.param_groups[0]["lr"]))
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
+        if self._schedule is not None:
+            raise TypeError(f"{type(self).__name__}: learning_rate follows {type(self._schedule).__name__}; it "
+                            "cannot be set (create the optimizer with a float to change it by hand or by callbacks)")
         value = _check_nonneg("learning_rate", float(value), type(self).__name__)
         self._learning_rate = value
         if self._torch is not None:
-            for group in self._torch.param_groups:
-                if isinstance(group["lr"], torch.Tensor):
-                    group["lr"].fill_(value)
-                else:
-                    group["lr"] = value
+            self._set_group_lr(self._torch, value)
+
+    @staticmethod
+    def _set_group_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
+        for group in optimizer.param_groups:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(value)
+            else:
+                group["lr"] = value
 
     lr = learning_rate
 
@@ -198,7 +236,8 @@ class Optimizer:
     # ---------------------------------------------------------- config
     def get_config(self) -> Dict[str, Any]:
         """JSON-serialisable constructor arguments (the current learning rate included)."""
-        return {"name": self.name, "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
+        lr: Any = self.learning_rate if self._schedule is None else schedules.serialize(self._schedule)
+        return {"name": self.name, "learning_rate": lr, "weight_decay": self.weight_decay,
                 "clipnorm": self.clipnorm, "clipvalue": self.clipvalue, "global_clipnorm": self.global_clipnorm}
 
     @classmethod

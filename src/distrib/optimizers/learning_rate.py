@@ -15,9 +15,35 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["get_learning_rate", "set_learning_rate"]
+__all__ = ["get_learning_rate", "set_learning_rate", "LearningRateValue"]
+
+
+class LearningRateValue(float):
+    """A learning rate read from an optimizer: a float that also answers Keras's variable calls.
+
+    Keras code reads ``model.optimizer.learning_rate`` as a variable, e.g. the
+    tutorials' ``PrintLR`` callback prints ``model.optimizer.learning_rate.numpy()``.
+    This is a plain ``float`` (arithmetic, comparisons, ``float(...)`` and
+    formatting behave as usual) with ``numpy()`` and ``value()`` added.
+
+    Example:
+        >>> lr = LearningRateValue(1e-3)
+        >>> lr * 10, lr.numpy(), f"{lr:.0e}"
+        (0.01, np.float32(0.001), '1e-03')
+    """
+
+    def numpy(self) -> np.float32:
+        """The rate as a numpy float32 scalar (Keras's variable dtype)."""
+        return np.float32(self)
+
+    def value(self) -> float:
+        return float(self)
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
 
 
 def get_learning_rate(optimizer: Any) -> float:
@@ -25,7 +51,7 @@ def get_learning_rate(optimizer: Any) -> float:
     if optimizer is None:
         raise ValueError("the model has no optimizer: compile it with an optimizer first")
     if hasattr(optimizer, "learning_rate"):
-        return float(optimizer.learning_rate)
+        return float(optimizer.learning_rate)  # a LearningRateValue is a float; keep the plain type here
     if isinstance(getattr(optimizer, "param_groups", None), list) and optimizer.param_groups:
         return float(optimizer.param_groups[0]["lr"])
     raise TypeError(f"cannot read the learning rate of {type(optimizer).__name__}: expected a distrib optimizer "

@@ -149,7 +149,8 @@ class TrainingLoop:
                 f"model.{what}() called under {type(current).__name__}.scope() but the model was created "
                 f"under {type(self.strategy).__name__}: create (and compile) the model inside the scope of "
                 "the strategy that runs it")
-        if self.strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1:
+        # Only training alone is refused: evaluating/predicting an unreplicated model is TF's behaviour too.
+        if what == "fit" and self.strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1:
             raise RuntimeError(
                 f"model.{what}(): this process is one of {_distributed_world_size()} workers but the model was "
                 "created outside any strategy scope, so it would train alone; create it inside "

@@ -337,3 +337,22 @@ class Model:
         """The function `load_model` would call to rebuild the module."""
         return import_by_path(self.builder, "builder") if self.builder else None
 
+    # ------------------------------------------ weights and export (thin: see training/weights.py, export)
+    def save_weights(self, filepath: str, overwrite: bool = True) -> None:
+        """Save the module's weights as safetensors (every worker calls it; the chief writes)."""
+        from distrib.training.weights import save_weights
+
+        save_weights(self, filepath, overwrite=overwrite)
+
+    def load_weights(self, filepath: Optional[str]) -> None:
+        """Load weights written by `save_weights` (or a ``.safetensors`` file); keys and shapes must match."""
+        from distrib.training.weights import load_weights
+
+        load_weights(self, filepath)
+
+    def export(self, filepath: str, input_signature: Any = None) -> None:
+        """Export for inference with ``torch.export`` (see `distrib.saved_model.save`)."""
+        from distrib.saved_model import save
+
+        save(self, filepath, input_signature=input_signature)
+

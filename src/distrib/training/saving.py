@@ -17,6 +17,11 @@ How the architecture is recovered: weights alone cannot rebuild a
   ``distrib.Model`` (such as the seeds' ``build_and_compile_cnn_model``).
 * Without ``builder``, a module whose class is importable (not defined in a
   function) and constructible with no arguments is recorded by its class.
+* Without ``builder``, a module made only of standard ``torch.nn`` layers
+  (``Sequential``/``ModuleList``/``ModuleDict`` of ``Linear``, ``Conv2d``,
+  ``ReLU``, ...) is recorded as a JSON description of the layer tree with
+  each layer's constructor arguments (`distrib.training.architecture`);
+  loading creates only ``torch.nn`` classes from it.
 * Otherwise the save still writes the weights, warns, and
   ``load_model(path, builder=...)`` must be told how to build the module.
 
@@ -46,7 +51,9 @@ import torch
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.training.architecture import describe, rebuild
 from distrib.training.serialization import SerializationError, from_spec, import_by_path, importable_path
+from distrib.training.weights import write_directory
 
 __all__ = ["save_model", "load_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 
@@ -77,12 +84,13 @@ def model_config(model: Any) -> Dict[str, Any]:
     import distrib
 
     builder = model.builder or _infer_builder(model.module)
-    if builder is None:
+    architecture = describe(model.module) if builder is None else None
+    if builder is None and architecture is None:
         warnings.warn(
             f"saving {model.name}: no importable builder is known, so load_model will need "
             f"load_model(path, builder=...); pass distrib.Model(module, builder='pkg.module:function') "
             "to record one", stacklevel=4)
-    elif builder.startswith("__main__:"):
+    elif builder is not None and builder.startswith("__main__:"):
         warnings.warn(f"saving {model.name}: builder {builder!r} is defined in the script being run, so only "
                       "that script can load this model; move it to an importable module", stacklevel=4)
     return {
@@ -93,6 +101,7 @@ def model_config(model: Any) -> Dict[str, Any]:
         "name": model.name,
         "builder": builder,
         "builder_kwargs": model.builder_kwargs,
+        "architecture": architecture,
         "module_class": importable_path(type(model.module)) or type(model.module).__qualname__,
         "compile": model.get_compile_config(),
         "global_step": int(model.train_loop_state.global_step),
@@ -108,21 +117,8 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True) ->
              "optimizer": None if model.torch_optimizer is None else model.torch_optimizer.state_dict()}
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
     state_bytes = dumps_state(state)
-    if not overwrite:
-        taken = strategy.is_chief and storage.exists(filepath)
-        if strategy.num_replicas_in_sync > 1:
-            taken = strategy.collective.agree_any(taken)
-        if taken:
-            raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
-    write_path = storage.write_path_for(filepath, strategy)
-    try:
-        with storage.AtomicDirectory(write_path, info={"kind": FORMAT, "name": model.name}) as directory:
-            directory.write_bytes(CONFIG_NAME, config_bytes)
-            directory.write_bytes(STATE_NAME, state_bytes)
-    finally:
-        storage.remove_write_path(filepath, write_path)
-    if strategy.num_replicas_in_sync > 1:
-        strategy.barrier()
+    write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: state_bytes},
+                    {"kind": FORMAT, "name": model.name}, overwrite, who="model.save")
 
 
 def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[..., Any]] = None,
@@ -190,8 +186,11 @@ def _builder(config: Dict[str, Any], override: Any, filepath: str) -> Callable[.
     if callable(override):
         return override
     path = override if override is not None else config.get("builder")
+    if path is None and config.get("architecture") is not None:
+        return lambda **_: rebuild(config["architecture"], f"{filepath}/{CONFIG_NAME}")
     if path is None:
         raise SerializationError(
             f"load_model({filepath}): the save records no builder for module class "
-            f"{config.get('module_class')!r}; pass load_model(path, builder='pkg.module:function')")
+            f"{config.get('module_class')!r} (only modules made of standard torch.nn layers are rebuilt "
+            "without one); pass load_model(path, builder='pkg.module:function')")
     return import_by_path(path, "builder")

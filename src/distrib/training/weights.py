@@ -1,0 +1,133 @@
+"""`Model.save_weights` / `Model.load_weights`: the module's weights alone, as safetensors.
+
+``save_weights(path)`` writes a verified checkpoint directory (committed
+atomically, checksummed, the chief's copy only)::
+
+    ckpt_3/
+      weights.safetensors   every parameter and buffer of the module, by state_dict key
+      MANIFEST.json         sizes and sha256 of the files
+      COMPLETE              marker: the save finished
+
+so `distrib.train.latest_checkpoint(dir)` finds the newest complete one
+(``ckpt_3`` or ``ckpt-3``). ``load_weights`` reads such a directory or a
+plain ``.safetensors`` file (e.g. one written by ``safetensors.torch.save_file``).
+The keys are the module's ``state_dict`` keys, which do not depend on the
+strategy or the number of replicas, so weights saved by 2 workers load into
+the same architecture under one process or any other strategy.
+
+Every key must match: a missing, unexpected or differently shaped key is a
+`WeightsMismatchError` naming it and the file.
+
+Example:
+    >>> model.save_weights("/tmp/ckpts/ckpt_1")            # every worker calls it
+    >>> other.load_weights(distrib.train.latest_checkpoint("/tmp/ckpts"))
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Union
+
+import torch
+
+from distrib.checkpoint import storage
+from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.fs import url_to_fs
+from distrib.errors import DistribError
+
+__all__ = ["save_weights", "load_weights", "write_directory", "WeightsMismatchError", "WEIGHTS_NAME",
+           "WEIGHTS_FORMAT"]
+
+WEIGHTS_NAME = "weights.safetensors"
+WEIGHTS_FORMAT = "distrib.weights"
+_MAX_LISTED = 3
+
+
+class WeightsMismatchError(DistribError, ValueError):
+    """The saved weights do not fit the module (missing, unexpected or differently shaped keys)."""
+
+
+def write_directory(filepath: str, strategy: Any, files: Mapping[str, bytes], info: Dict[str, Any],
+                    overwrite: bool = True, who: str = "save") -> None:
+    """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
+
+    Collective under a multi-replica strategy: every worker calls it with the
+    same ``files``; the others write to private temporary directories removed
+    before returning, and all leave together, so ``filepath`` is complete on
+    every worker afterwards.
+    """
+    if not overwrite:
+        taken = bool(strategy.is_chief) and storage.exists(filepath)
+        if strategy.num_replicas_in_sync > 1:
+            taken = strategy.collective.agree_any(taken)
+        if taken:
+            raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
+    write_path = storage.write_path_for(filepath, strategy)
+    try:
+        with storage.AtomicDirectory(write_path, info=info) as directory:
+            for name, data in files.items():
+                directory.write_bytes(name, data)
+    finally:
+        storage.remove_write_path(filepath, write_path)
+    if strategy.num_replicas_in_sync > 1:
+        strategy.barrier()
+
+
+def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True) -> None:
+    """Implementation of `Model.save_weights` (see the module docstring)."""
+    filepath = str(filepath).rstrip("/")
+    data = dumps_state(_weights(model.module))
+    write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: data},
+                    {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights")
+
+
+def read_weights(filepath: str) -> Dict[str, torch.Tensor]:
+    """The tensors of a `save_weights` directory or a plain safetensors file (verified, never unpickled)."""
+    fs, path = url_to_fs(filepath)
+    if fs.isdir(path):
+        data = storage.read_verified(filepath, WEIGHTS_NAME)
+    elif fs.exists(path):
+        data = fs.cat_file(path)
+    else:
+        raise storage.CheckpointNotFoundError(
+            f"load_weights: {filepath} not found; give a directory written by save_weights (e.g. "
+            "distrib.train.latest_checkpoint(dir)) or a .safetensors file")
+    state = loads_state(data, name=filepath)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise WeightsMismatchError(f"load_weights: {filepath} holds a full model state, not weights; "
+                                   "use distrib.models.load_model for a model.save directory")
+    return state
+
+
+def check_weights(module: torch.nn.Module, state: Mapping[str, torch.Tensor], filepath: str) -> None:
+    """Raise `WeightsMismatchError` naming the first disagreeing keys between ``module`` and ``state``."""
+    expected = module.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [f"{k} (file {tuple(state[k].shape)}, model {tuple(v.shape)})" for k, v in expected.items()
+              if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    problems: List[str] = []
+    for one, many, keys in (("missing key", "missing keys", missing), ("unexpected key", "unexpected keys", unexpected),
+                            ("shape mismatch", "shape mismatches", shapes)):
+        if keys:
+            more = f" and {len(keys) - _MAX_LISTED} more" if len(keys) > _MAX_LISTED else ""
+            problems.append(f"{many if len(keys) > 1 else one} {', '.join(keys[:_MAX_LISTED])}{more}")
+    if problems:
+        raise WeightsMismatchError(
+            f"load_weights({filepath}): the weights do not fit {type(module).__name__}: {'; '.join(problems)}; "
+            "build the same architecture that saved them")
+
+
+def load_weights(model: Any, filepath: Union[str, Any]) -> None:
+    """Implementation of `Model.load_weights` (see the module docstring)."""
+    if filepath is None:
+        raise storage.CheckpointNotFoundError(
+            "load_weights(None): no checkpoint given (latest_checkpoint(dir) found none?); check the directory "
+            "that ModelCheckpoint / save_weights wrote")
+    filepath = str(filepath).rstrip("/")
+    state = read_weights(filepath)
+    check_weights(model.module, state, filepath)
+    with torch.no_grad():
+        model.module.load_state_dict(state, strict=True)
