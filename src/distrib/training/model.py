@@ -236,9 +236,10 @@ class Model:
         With ``steps_per_epoch`` on a dataset that runs out first, training
         warns and stops at the end of that epoch (Keras's behaviour).
         """
+        from distrib.training import ps_fit
         from distrib.training.train_loop import run_fit
 
-        return run_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+        return (ps_fit.run_ps_fit if ps_fit.uses_parameter_servers(self) else run_fit)(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                        callbacks=callbacks, validation_data=validation_data,
                        validation_steps=validation_steps, validation_freq=validation_freq,
                        initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
@@ -248,9 +249,10 @@ class Model:
                  verbose: Union[str, int] = "auto", sample_weight: Any = None, steps: Optional[int] = None,
                  callbacks: Any = None, return_dict: bool = False) -> Any:
         """Loss and metrics over the data, identical on every worker (Keras's ``Model.evaluate``)."""
+        from distrib.training import ps_fit
         from distrib.training.eval_loop import run_evaluate
 
-        return run_evaluate(self, x=x, y=y, batch_size=batch_size, verbose=verbose,
+        return (ps_fit.run_ps_evaluate if ps_fit.uses_parameter_servers(self) else run_evaluate)(self, x=x, y=y, batch_size=batch_size, verbose=verbose,
                             sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                             return_dict=return_dict)
 

@@ -154,7 +154,7 @@ class ParameterServerStrategy(Strategy):
             if outermost:
                 self._registry.stop_capture()
                 if ok:
-                    self._registry.place_pending()
+                    self._registry.place_pending(defer_lazy=True)
 
     def _captures_here(self) -> bool:
         return context.current_scope_strategy() is self and context.in_cross_replica_context()
@@ -163,7 +163,7 @@ class ParameterServerStrategy(Strategy):
         """Place the parameters of a module built outside the scope on the ps tasks."""
         if self._registry is not None:
             self._registry.adopt(module)
-            self._registry.place_pending()
+            self._registry.place_pending(defer_lazy=True)
         return module
 
     # ---------------------------------------------------------- variables
