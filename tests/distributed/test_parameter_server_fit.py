@@ -129,7 +129,8 @@ def _setup(resolver=None, timeout: float = 30.0):
 
     with strategy.scope():
         model = distrib.Model(torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.Linear(8, 1)))
-        model.compile(optimizer=distrib.optimizers.SGD(learning_rate=0.02), loss="mse", metrics=["mae"])
+        model.compile(optimizer=distrib.optimizers.SGD(learning_rate=0.02, momentum=0.5), loss="mse",
+                      metrics=["mae"])
 
     def full_mse() -> float:
         with torch.no_grad():
@@ -187,6 +188,12 @@ def scenario_fit_worker_killed() -> None:
                                   "initial": initial, "final": full_mse()}), flush=True)
 
 
+def _momentum(model) -> list:
+    """The momentum buffers as the chief's optimizer reports them (read from the ps tasks)."""
+    state = model.torch_optimizer.state_dict()["state"]
+    return [state[i]["momentum_buffer"].tolist() for i in sorted(state)]
+
+
 def scenario_fit_backup() -> None:
     import distrib
 
@@ -197,12 +204,13 @@ def scenario_fit_backup() -> None:
     class Watch(distrib.callbacks.Callback):
         def on_train_begin(self, logs=None):   # after BackupAndRestore's: what the ps tasks hold now
             seen["begin"] = [strategy.read_variable(p).tolist() for p in model.module.parameters()]
+            seen["slots"] = _momentum(model)
             seen["initial_mse"] = full_mse()
 
         def on_epoch_end(self, epoch, logs=None):
             if run == "a" and epoch == 2:     # the backup of epoch 2 is written: die here
                 state = [strategy.read_variable(p).tolist() for p in model.module.parameters()]
-                Path(os.environ["PS_TEST_DIR"], "saved.json").write_text(json.dumps(state))
+                Path(os.environ["PS_TEST_DIR"], "saved.json").write_text(json.dumps([state, _momentum(model)]))
                 _marker("saved")
                 _await_marker("never")
 
@@ -210,6 +218,7 @@ def scenario_fit_backup() -> None:
     history = model.fit(dataset_fn, epochs=6, steps_per_epoch=10, callbacks=[backup, Watch()], verbose=0)
     print("RESULT " + json.dumps({"epochs": history.epoch, "loss": history.history["loss"],
                                   "restored_from": backup.restored_from, "begin": seen["begin"],
+                                  "slots": seen["slots"],
                                   "initial_mse": seen["initial_mse"], "final": full_mse()}), flush=True)
 
 
@@ -273,11 +282,15 @@ def test_a_restarted_chief_resumes_from_backup_and_restore(start_cluster):
     second = start_cluster("fit_backup", run="b")
     assert second.wait("chief") == 0, second.dump()
     r = second.result()
-    saved = json.loads((first.tmp / "saved.json").read_text())
+    saved, saved_slots = json.loads((first.tmp / "saved.json").read_text())
     assert r["restored_from"] and r["epochs"] == [3, 4, 5], r      # the epoch count continues
     assert len(r["begin"]) == len(saved)
     for got, want in zip(r["begin"], saved):                       # the ps tasks hold the backup's values
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+    assert len(r["slots"]) == len(saved_slots) == 4                 # optimizer slots restored too
+    for got, want in zip(r["slots"], saved_slots):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+        assert np.abs(np.asarray(want)).sum() > 0
     assert r["initial_mse"] < 1.0 and r["final"] < 1.0, r           # a fresh model would start near 15
 
 

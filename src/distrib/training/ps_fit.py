@@ -192,6 +192,13 @@ def _build_on_chief(model: "Model", dataset_fn: Any) -> None:
     strategy._place_pending()
 
 
+def _ship_model(model: "Model") -> None:
+    """Create the module, optimizer and metrics on the cluster now (before callbacks restore a backup),
+    so that the optimizer's state_dict/load_state_dict reach its state on the ps tasks."""
+    model.distribute_strategy._place_pending()
+    model.distribute_strategy._exporter.export_value(_StepModel(model))
+
+
 def _check_steps(value: Any, name: str, what: str) -> int:
     if value is None:
         raise ValueError(f"{what} under ParameterServerStrategy needs {name}=N: the workers' datasets repeat, "
@@ -254,6 +261,7 @@ def run_ps_fit(model: "Model", *, x: Any, y: Any, epochs: int, verbose: Any, cal
         _build_on_chief(model, dataset_fn)
         coordinator, iterator = _per_worker_iterator(model, dataset_fn)
         val_iterator = _per_worker_iterator(model, val_fn)[1] if val_fn is not None else None
+        _ship_model(model)
         state = model.train_loop_state
         per = _steps_per_execution(model)
         cbs = make_callback_list(model, callbacks, verbose=resolve_verbose(verbose, strategy), add_history=True,

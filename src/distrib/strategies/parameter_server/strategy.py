@@ -220,6 +220,9 @@ class ParameterServerStrategy(Strategy):
             payload = cloudpickle.dumps({"class": type(optimizer), "defaults": defaults, "groups": groups})
             pickle.loads(payload)  # fail here, on the chief, if the class cannot travel
             self._runtime.call(TaskInfo("ps", ps), ps_server.create_optimizer, (key, payload))
+        from distrib.strategies.parameter_server.optimizer_state import OptimizerStateSync
+
+        OptimizerStateSync(self._runtime, self._registry, key, optimizer)  # its state_dict reads the ps tasks
 
     def _apply_metric_deltas(self, deltas: Dict[int, Dict[str, torch.Tensor]]) -> None:
         for key, changes in deltas.items():
