@@ -145,7 +145,7 @@ def scenario_fit_in_process() -> None:
     strategy, model, dataset_fn, full_mse = _setup(resolver)
     model.steps_per_execution = 3
     history = model.fit(distrib.data.experimental.DatasetCreator(dataset_fn), epochs=4, steps_per_epoch=12,
-                        verbose=0)
+                        validation_data=dataset_fn, validation_steps=2, validation_freq=2, verbose=0)
     evaluated = model.evaluate(dataset_fn, steps=4, return_dict=True, verbose=0)
     placement = sorted({d for p in model.module.parameters() for d in strategy.variable_placement(p)})
     updates = [strategy.ps_inventory(i)["updates"] for i in range(2)]
@@ -157,6 +157,7 @@ def scenario_fit_in_process() -> None:
     children = {name: proc.pid for name, proc in resolver.in_process_cluster.procs.items()
                 if proc.poll() is None}
     print("RESULT " + json.dumps({"loss": history.history["loss"], "mae": history.history["mae"],
+                                  "val_loss": history.history.get("val_loss"),
                                   "epochs": history.epoch, "children": children, "eval": evaluated, "final": full_mse(),
                                   "placement": placement, "updates": updates, "no_steps": no_steps}), flush=True)
 
@@ -234,6 +235,7 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     assert r["epochs"] == [0, 1, 2, 3]
     assert r["loss"][-1] < r["loss"][0] / 20, r["loss"]             # learns: y is linear in x
     assert r["mae"][-1] < r["mae"][0], r["mae"]
+    assert len(r["val_loss"]) == 2 and r["val_loss"][-1] < r["loss"][0] / 20, r   # validated after epochs 2 and 4
     assert r["eval"]["loss"] < r["loss"][0] / 20 and set(r["eval"]) == {"loss", "mae"}, r["eval"]
     assert r["final"] < r["loss"][0] / 20
     assert r["placement"] == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
