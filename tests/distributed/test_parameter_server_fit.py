@@ -139,6 +139,8 @@ def _setup(resolver=None, timeout: float = 30.0):
 
 
 def scenario_fit_in_process() -> None:
+    import torch
+
     import distrib
 
     resolver = distrib.testing.create_in_process_cluster(num_workers=2, num_ps=2)
@@ -154,11 +156,19 @@ def scenario_fit_in_process() -> None:
         model.fit(dataset_fn, epochs=1, verbose=0)
     except ValueError as exc:
         no_steps = str(exc)
+    with strategy.scope():     # buffers: BatchNorm statistics come back from the workers to the chief
+        bn_model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8)))
+        bn_model.compile(optimizer="sgd", loss="mse")
+    bn_model.fit(lambda ctx: dataset_fn(ctx).map(lambda x, y: (x, y.expand(-1, 8))), epochs=1, steps_per_epoch=6,
+                 verbose=0)
+    norm = bn_model.module[1]
+    buffers = {"mean": norm.running_mean.abs().sum().item(), "var": (norm.running_var - 1).abs().sum().item(),
+               "tracked": int(norm.num_batches_tracked)}
     children = {name: proc.pid for name, proc in resolver.in_process_cluster.procs.items()
                 if proc.poll() is None}
     print("RESULT " + json.dumps({"loss": history.history["loss"], "mae": history.history["mae"],
                                   "val_loss": history.history.get("val_loss"),
-                                  "epochs": history.epoch, "children": children, "eval": evaluated, "final": full_mse(),
+                                  "epochs": history.epoch, "children": children, "buffers": buffers, "eval": evaluated, "final": full_mse(),
                                   "placement": placement, "updates": updates, "no_steps": no_steps}), flush=True)
 
 
@@ -238,6 +248,8 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     assert len(r["val_loss"]) == 2 and r["val_loss"][-1] < r["loss"][0] / 20, r   # validated after epochs 2 and 4
     assert r["eval"]["loss"] < r["loss"][0] / 20 and set(r["eval"]) == {"loss", "mae"}, r["eval"]
     assert r["final"] < r["loss"][0] / 20
+    b = r["buffers"]
+    assert b["mean"] > 0 and b["var"] > 0 and 1 <= b["tracked"] <= 6, b
     assert r["placement"] == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
     assert min(r["updates"]) >= 4 * 12, r["updates"]                 # every step applied on both ps tasks
     assert "needs steps_per_epoch=N" in r["no_steps"], r["no_steps"]

@@ -20,6 +20,10 @@ strategy:
   model's ``state_dict`` see the variables read back from the ps tasks, and
   restoring one writes them to the ps tasks.
 
+Buffers (BatchNorm statistics) travel with each closure: it starts from the
+chief's buffers and its final buffers are copied back into the chief's module
+when it finishes (the last finished closure wins).
+
 A worker lost mid-epoch costs nothing but time: its closure runs again on
 another worker (a closure may therefore run twice; only the finished run is
 counted). Evaluation is inline: closures of ``test_step`` on the workers,
@@ -84,6 +88,11 @@ class _StepModel:
         self._loss_tracker = LossTracker(model.distribute_strategy)
         self._pending_metric_state = None
         self._loss_scale_optimizer = None
+        #: The chief's buffers (BatchNorm statistics, ...) when the closure is scheduled.
+        self.buffers: Dict[str, torch.Tensor] = {}
+
+    def snapshot_buffers(self) -> None:
+        self.buffers = {name: b.detach().clone() for name, b in self.module.named_buffers()}
 
 
 def _batch_size(batch: Any) -> int:
@@ -102,6 +111,7 @@ def _run_chunk(shim: _StepModel, iterator: Any, steps: int, training: bool) -> D
 
     shim._loss_tracker.reset_state()
     shim.module.train(training)
+    _load_buffers(shim.module, shim.buffers)
     params = list(shim.module.parameters())
     step = step_fns.train_step if training else step_fns.test_step
     count = done = 0
@@ -116,7 +126,20 @@ def _run_chunk(shim: _StepModel, iterator: Any, steps: int, training: bool) -> D
         shim.distribute_strategy.run(step, args=(shim, batch, size))
         count += size
         done += 1
-    return {"total": shim._loss_tracker.local_total().detach().cpu(), "count": count, "steps": done}
+    buffers = {name: b.detach().clone() for name, b in shim.module.named_buffers()} if training else {}
+    return {"total": shim._loss_tracker.local_total().detach().cpu(), "count": count, "steps": done,
+            "buffers": buffers}
+
+
+def _load_buffers(module: torch.nn.Module, values: Dict[str, torch.Tensor]) -> None:
+    """Copy ``values`` into ``module``'s buffers of the same names (shapes and dtypes are the module's)."""
+    if not values:
+        return
+    with torch.no_grad():
+        for name, buffer in module.named_buffers():
+            value = values.get(name)
+            if value is not None and value.shape == buffer.shape:
+                buffer.copy_(value.to(buffer.dtype))
 
 
 # ------------------------------------------------------------------- chief side
@@ -221,11 +244,14 @@ def _run_closures(model: "Model", coordinator: Any, iterator: Any, steps: int, t
     shim = _StepModel(model)
     per = _steps_per_execution(model)
     state = model.train_loop_state
-    remotes = []
+    remotes: List[Any] = []
+    applied = 0
     step = 0
     while step < steps:
         n = min(per, steps - step)
         (cbs.on_train_batch_begin if training else cbs.on_test_batch_begin)(step)
+        applied = _take_buffers(model, remotes, applied)
+        shim.snapshot_buffers()
         remotes.append(coordinator.schedule(_run_chunk, args=(shim, iterator, n, training)))
         step += n
         if training:
@@ -233,6 +259,7 @@ def _run_closures(model: "Model", coordinator: Any, iterator: Any, steps: int, t
             state.global_step = (first_global_step or 0) + step
         (cbs.on_train_batch_end if training else cbs.on_test_batch_end)(step - 1, None)
     coordinator.join()
+    _take_buffers(model, remotes, applied)
     done = 0
     for remote in remotes:
         result = remote.get()
@@ -240,6 +267,24 @@ def _run_closures(model: "Model", coordinator: Any, iterator: Any, steps: int, t
         model._loss_tracker.count_step(result["count"])
         done += result["steps"]
     return done, remotes
+
+
+def _take_buffers(model: "Model", remotes: List[Any], applied: int) -> int:
+    """Copy the buffers of the finished closures ``remotes[applied:]`` (in order) into the chief's module.
+
+    Buffers (BatchNorm statistics) are not variables on the ps tasks: each
+    closure starts from the chief's buffers when it was scheduled and its
+    final values come back here, the last finished closure winning (as
+    unsynchronised assignments do under TF's parameter-server training).
+    """
+    while applied < len(remotes) and remotes[applied].done():
+        try:
+            buffers = remotes[applied].get()["buffers"]
+        except Exception:  # noqa: BLE001 - the error surfaces from join()
+            buffers = {}
+        _load_buffers(model.module, buffers)
+        applied += 1
+    return applied
 
 
 def run_ps_fit(model: "Model", *, x: Any, y: Any, epochs: int, verbose: Any, callbacks: Any,
