@@ -164,11 +164,19 @@ def scenario_fit_in_process() -> None:
     norm = bn_model.module[1]
     buffers = {"mean": norm.running_mean.abs().sum().item(), "var": (norm.running_var - 1).abs().sum().item(),
                "tracked": int(norm.num_batches_tracked)}
+    with strategy.scope():     # a custom loop must build a lazy module itself before scheduling
+        lazy = torch.nn.LazyLinear(2)
+    lazy_error = None
+    try:
+        distrib.coordinator.ClusterCoordinator(strategy).schedule(lambda: lazy(torch.ones(1, 3)))
+    except ValueError as exc:
+        lazy_error = str(exc)
     children = {name: proc.pid for name, proc in resolver.in_process_cluster.procs.items()
                 if proc.poll() is None}
     print("RESULT " + json.dumps({"loss": history.history["loss"], "mae": history.history["mae"],
                                   "val_loss": history.history.get("val_loss"),
-                                  "epochs": history.epoch, "children": children, "buffers": buffers, "eval": evaluated, "final": full_mse(),
+                                  "epochs": history.epoch, "children": children, "buffers": buffers,
+                                  "lazy_error": lazy_error, "eval": evaluated, "final": full_mse(),
                                   "placement": placement, "updates": updates, "no_steps": no_steps}), flush=True)
 
 
@@ -253,6 +261,7 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     assert r["placement"] == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
     assert min(r["updates"]) >= 4 * 12, r["updates"]                 # every step applied on both ps tasks
     assert "needs steps_per_epoch=N" in r["no_steps"], r["no_steps"]
+    assert r["lazy_error"].startswith("ParameterServerStrategy: LazyLinear.weight is not initialized"), r
     assert sorted(r["children"]) == ["ps 0", "ps 1", "worker 0", "worker 1"]
     deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in r["children"].values()):     # they end with the chief's program
