@@ -52,3 +52,10 @@ def test_models_outside_parameter_server_strategies_keep_the_ordinary_loop():
 def test_in_process_cluster_refuses_bad_counts(kwargs, field):
     with pytest.raises(ValueError, match=f"create_in_process_cluster: {field} must be an integer >= 1"):
         distrib.testing.create_in_process_cluster(**kwargs)
+
+
+def test_fit_arguments_for_arrays_are_refused_under_parameter_servers():
+    with pytest.raises(ValueError, match=r"fit\(class_weight=...\) is not supported under ParameterServerStrategy"):
+        ps_fit.run_ps_fit(None, x=None, y=None, epochs=1, verbose=0, callbacks=None, validation_data=None,
+                          validation_steps=None, validation_freq=1, initial_epoch=0, steps_per_epoch=1,
+                          class_weight={0: 1.0})

@@ -22,7 +22,7 @@ strategy:
 
 Buffers (BatchNorm statistics) travel with each closure: it starts from the
 chief's buffers and its final buffers are copied back into the chief's module
-when it finishes (the last finished closure wins).
+when it has finished, in scheduling order.
 
 A worker lost mid-epoch costs nothing but time: its closure runs again on
 another worker (a closure may therefore run twice; only the finished run is
@@ -274,8 +274,9 @@ def _take_buffers(model: "Model", remotes: List[Any], applied: int) -> int:
 
     Buffers (BatchNorm statistics) are not variables on the ps tasks: each
     closure starts from the chief's buffers when it was scheduled and its
-    final values come back here, the last finished closure winning (as
-    unsynchronised assignments do under TF's parameter-server training).
+    final values are copied here once it finished, in scheduling order (so a
+    later closure's values win, like unsynchronised assignments under TF's
+    parameter-server training).
     """
     while applied < len(remotes) and remotes[applied].done():
         try:
@@ -289,10 +290,16 @@ def _take_buffers(model: "Model", remotes: List[Any], applied: int) -> int:
 
 def run_ps_fit(model: "Model", *, x: Any, y: Any, epochs: int, verbose: Any, callbacks: Any,
                validation_data: Any, validation_steps: Optional[int], validation_freq: Any,
-               initial_epoch: int, steps_per_epoch: Optional[int], **unused: Any) -> Any:
+               initial_epoch: int, steps_per_epoch: Optional[int], batch_size: Optional[int] = None,
+               class_weight: Optional[Dict] = None, sample_weight: Any = None, **unused: Any) -> Any:
     """`Model.fit` under `ParameterServerStrategy` (see the module docstring)."""
     from distrib.training.train_loop import _should_validate, _validate_fit_args
 
+    for name, value in (("batch_size", batch_size), ("class_weight", class_weight),
+                        ("sample_weight", sample_weight)):
+        if value is not None:
+            raise ValueError(f"fit({name}=...) is not supported under ParameterServerStrategy: batch, weight "
+                             f"and sample-weight the data in dataset_fn (batches of (x, y, sample_weight))")
     model._require_compiled("fit")
     steps = _check_steps(steps_per_epoch, "steps_per_epoch", "fit")
     _validate_fit_args(epochs, initial_epoch, steps, validation_freq)
@@ -352,8 +359,13 @@ def _evaluate(model: "Model", coordinator: Any, iterator: Any, steps: int, cbs: 
 
 
 def run_ps_evaluate(model: "Model", *, x: Any, y: Any, verbose: Any, steps: Optional[int], callbacks: Any,
-                    return_dict: bool, **unused: Any) -> Any:
+                    return_dict: bool, batch_size: Optional[int] = None, sample_weight: Any = None,
+                    **unused: Any) -> Any:
     """`Model.evaluate` under `ParameterServerStrategy`: test steps on the workers, metrics merged here."""
+    for name, value in (("batch_size", batch_size), ("sample_weight", sample_weight)):
+        if value is not None:
+            raise ValueError(f"evaluate({name}=...) is not supported under ParameterServerStrategy: batch and "
+                             f"weight the data in dataset_fn (batches of (x, y, sample_weight))")
     model._require_compiled("evaluate")
     n = _check_steps(steps, "steps", "evaluate")
     strategy = model.distribute_strategy
