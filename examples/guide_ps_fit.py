@@ -14,8 +14,7 @@ Environment: ``PS_FIT_DIR`` (working directory, default
 ``<tmp>/distrib_guide_ps_fit``), ``PS_FIT_EPOCHS`` (5), ``PS_FIT_STEPS`` (20).
 What differs from TensorFlow: no in-process cluster (``distrib launch`` starts
 the tasks), the model is a ``torch.nn.Module`` (``LazyLinear(10)`` for
-``Dense(10)``, which infers its input size), and ``steps_per_execution=10`` is
-left out of ``compile``.
+``Dense(10)``, which infers its input size).
 """
 import os
 import tempfile
@@ -66,7 +65,7 @@ dc = distrib.data.experimental.DatasetCreator(dataset_fn)
 with strategy.scope():
   model = distrib.Model(torch.nn.Sequential(torch.nn.LazyLinear(10)))   # tf.keras.layers.Dense(10)
 
-  model.compile(distrib.optimizers.SGD(), loss="mse")
+  model.compile(distrib.optimizers.SGD(), loss="mse", steps_per_execution=10)
 
 log_dir = os.path.join(working_dir, "log")
 ckpt_filepath = os.path.join(working_dir, "ckpt")

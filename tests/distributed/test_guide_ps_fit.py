@@ -1,8 +1,7 @@
 """The guide's ParameterServerStrategy + Model.fit (examples/guide_ps_fit.py) on chief + 2 workers + 2 ps.
 
-Needs `distrib.data.experimental.DatasetCreator`, Model.fit under the
-parameter-server strategy and `distrib.callbacks.ModelCheckpoint`; skipped
-where they are not there yet.
+Uses `distrib.data.experimental.DatasetCreator`, Model.fit under the
+parameter-server strategy and `distrib.callbacks.ModelCheckpoint`.
 """
 import re
 from pathlib import Path
@@ -18,10 +17,6 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guide_ps_fit.py"
 
 @pytest.mark.slow
 def test_guide_ps_fit_trains_with_callbacks(tmp_path):
-    if not hasattr(distrib.data.experimental, "DatasetCreator"):
-        pytest.skip("distrib.data.experimental.DatasetCreator (Model.fit under ParameterServerStrategy) is not here")
-    if not hasattr(distrib.callbacks, "ModelCheckpoint"):
-        pytest.skip("distrib.callbacks.ModelCheckpoint is not here")
     env = {"PS_FIT_DIR": str(tmp_path), "PS_FIT_EPOCHS": "3", "PS_FIT_STEPS": "10",
            "OMP_NUM_THREADS": "1", "DISTRIB_JOB_SECRET": new_secret()}
     result = launch(str(EXAMPLE), workers=2, chief=True, ps=2, output="capture", timeout=300,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from distrib.data.dataset_creator import DatasetCreator
 from distrib.data.options import (AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY,
                                   AutoShardPolicy, DistributeOptions)
 
-__all__ = ["AutoShardPolicy", "DistributeOptions", "AUTOTUNE", "INFINITE_CARDINALITY",
+__all__ = ["DatasetCreator", "AutoShardPolicy", "DistributeOptions", "AUTOTUNE", "INFINITE_CARDINALITY",
            "UNKNOWN_CARDINALITY", "cardinality"]
 
 

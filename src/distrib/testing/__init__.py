@@ -8,6 +8,9 @@
 * `NamespaceHosts(n)` (`distrib.testing.netns`): ``n`` "machines" as network
   namespaces on a private bridge, for multi-host tests (root only;
   `namespaces_available()` says why not).
+* `create_in_process_cluster(num_workers=2, num_ps=2)`: worker and ps tasks
+  as local child processes; returns the chief's resolver for
+  `ParameterServerStrategy` in this process.
 * `ClusterRunError`: raised by `run_cluster` (any failure) and by either on
   timeout; its message lists every task's exit status and last output lines.
 * `distrib.testing.simulated`: ``run_workers(fn, n)`` runs ``n`` workers as
@@ -16,8 +19,9 @@
 """
 from distrib.process.ports import free_port
 from distrib.testing.child import to_jsonable
+from distrib.testing.in_process_cluster import create_in_process_cluster
 from distrib.testing.harness import TAIL_LINES, ClusterRunError, run_cluster, run_script
 from distrib.testing.netns import NamespaceHosts, namespaces_available
 
 __all__ = ["run_cluster", "run_script", "free_port", "ClusterRunError", "to_jsonable", "TAIL_LINES",
-           "NamespaceHosts", "namespaces_available"]
+           "NamespaceHosts", "namespaces_available", "create_in_process_cluster"]

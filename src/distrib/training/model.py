@@ -148,6 +148,12 @@ class Model:
         """Steps between batch-level callback calls (``compile(steps_per_execution=...)``)."""
         return self._loop.steps_per_execution
 
+    @steps_per_execution.setter
+    def steps_per_execution(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"steps_per_execution must be a positive int, got {value!r}")
+        self._loop.steps_per_execution = value
+
     @property
     def stop_training(self) -> bool:
         """Set by a callback to end `fit` after the current step (execution) and epoch's end hooks."""
@@ -270,6 +276,15 @@ class Model:
         examples, before shuffling, as validation data when no
         ``validation_data`` is given.
         """
+        from distrib.training import ps_fit
+
+        if ps_fit.uses_parameter_servers(self):
+            return ps_fit.run_ps_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                                     callbacks=callbacks, validation_data=validation_data,
+                                     validation_steps=validation_steps, validation_freq=validation_freq,
+                                     initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                                     class_weight=class_weight, sample_weight=sample_weight,
+                                     validation_split=validation_split)
         return self._loop.fit(x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                               callbacks=callbacks, validation_data=validation_data,
                               validation_steps=validation_steps, validation_freq=validation_freq,
@@ -281,6 +296,12 @@ class Model:
                  verbose: Union[str, int] = "auto", sample_weight: Any = None, steps: Optional[int] = None,
                  callbacks: Any = None, return_dict: bool = False) -> Any:
         """Loss and metrics over the data, identical on every worker (Keras's ``Model.evaluate``)."""
+        from distrib.training import ps_fit
+
+        if ps_fit.uses_parameter_servers(self):
+            return ps_fit.run_ps_evaluate(self, x=x, y=y, batch_size=batch_size, verbose=verbose,
+                                          sample_weight=sample_weight, steps=steps, callbacks=callbacks,
+                                          return_dict=return_dict)
         return self._loop.evaluate(x=x, y=y, batch_size=batch_size, verbose=verbose,
                                    sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                                    return_dict=return_dict)

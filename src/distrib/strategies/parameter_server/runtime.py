@@ -125,7 +125,7 @@ def _handlers(role: str) -> Dict[str, Callable]:
     elif role == "ps":
         fns += [_request_stop, ps_server.create_variables, ps_server.write_variables,
                 ps_server.read_variables, ps_server.create_optimizer, ps_server.apply_gradients,
-                ps_server.inventory]
+                ps_server.inventory, ps_server.read_optimizer_state, ps_server.write_optimizer_state]
     return {handler_name(f): f for f in fns}
 
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 __all__ = ["create_variables", "write_variables", "read_variables", "create_optimizer",
-           "apply_gradients", "inventory", "ShardKey"]
+           "apply_gradients", "inventory", "read_optimizer_state", "write_optimizer_state", "ShardKey"]
 
 ShardKey = Tuple[int, int]
 
@@ -113,6 +113,35 @@ def apply_gradients(opt_id: int, keys: Sequence[ShardKey], grads: Sequence[torch
     with _LOCK, torch.no_grad():
         _OPTIMIZERS[opt_id].apply(keys, grads, hyper)
         _UPDATES[0] += 1
+
+
+def read_optimizer_state(opt_id: int) -> Dict[ShardKey, Dict[str, Any]]:
+    """Copies of optimizer ``opt_id``'s state (slots such as momentum, ``step``) per shard held here."""
+    with _LOCK:
+        shard = _OPTIMIZERS.get(opt_id)
+        if shard is None or shard.optimizer is None:
+            return {}
+        out: Dict[ShardKey, Dict[str, Any]] = {}
+        for key, var in _VARIABLES.items():
+            state = shard.optimizer.state.get(var)
+            if key in shard.group_of and state:
+                out[key] = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+        return out
+
+
+def write_optimizer_state(opt_id: int, states: Dict[ShardKey, Dict[str, Any]]) -> None:
+    """Replace optimizer ``opt_id``'s state of the given shards (the chief restored a checkpoint)."""
+    with _LOCK:
+        shard = _OPTIMIZERS.get(opt_id)
+        if shard is None or shard.optimizer is None:
+            raise KeyError(f"this ps has no part of optimizer {opt_id}")
+        for key, state in states.items():
+            key = tuple(key)
+            if key not in shard.group_of:
+                raise KeyError(f"optimizer {opt_id} does not update shard {key} on this ps")
+            var = _VARIABLES[key]
+            shard.optimizer.state[var] = {k: v.detach().clone().to(var.device) if isinstance(v, torch.Tensor) else v
+                                          for k, v in state.items()}
 
 
 def inventory() -> Dict[str, Any]:

@@ -199,7 +199,7 @@ class ParameterServerStrategy(Strategy):
             if outermost:
                 self._registry.stop_capture()
                 if ok:
-                    self._registry.place_pending()
+                    self._registry.place_pending(defer_lazy=True)
 
     def _captures_here(self) -> bool:
         return context.current_scope_strategy() is self and context.in_cross_replica_context()
@@ -208,7 +208,7 @@ class ParameterServerStrategy(Strategy):
         """Place the parameters of a module built outside the scope on the ps tasks."""
         if self._registry is not None:
             self._registry.adopt(module)
-            self._registry.place_pending()
+            self._registry.place_pending(defer_lazy=True)
         return module
 
     # ------------------------------------------------------ replica work
@@ -288,6 +288,9 @@ class ParameterServerStrategy(Strategy):
             payload = cloudpickle.dumps({"class": type(optimizer), "defaults": defaults, "groups": groups})
             pickle.loads(payload)  # fail here, on the chief, if the class cannot travel
             self._runtime.call(TaskInfo("ps", ps), ps_server.create_optimizer, (key, payload))
+        from distrib.strategies.parameter_server.optimizer_state import OptimizerStateSync
+
+        OptimizerStateSync(self._runtime, self._registry, key, optimizer)  # its state_dict reads the ps tasks
 
     def _apply_metric_deltas(self, deltas: Dict[int, Dict[str, torch.Tensor]]) -> None:
         for key, changes in deltas.items():

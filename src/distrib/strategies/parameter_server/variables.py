@@ -134,9 +134,17 @@ class VariableRegistry:
                                      if p is not None)
 
     # ----------------------------------------------------------- placement
-    def place_pending(self) -> None:
-        """Create the captured parameters on the ps tasks (idempotent)."""
+    def place_pending(self, defer_lazy: bool = False) -> None:
+        """Create the captured parameters on the ps tasks (idempotent).
+
+        Args:
+            defer_lazy: keep parameters of lazy modules that are not yet
+                initialized pending (placed by a later call once the module
+                ran), instead of raising.
+        """
         with self._lock:
+            if not defer_lazy:
+                _refuse_uninitialized(self._pending)
             pending, self._pending = self._pending, []
             new: List[Tuple[torch.nn.Parameter, VariableInfo]] = []
             for ref, name in pending:
@@ -145,10 +153,8 @@ class VariableRegistry:
                 if param is None or id(param) in self._by_param:
                     continue
                 if isinstance(param, torch.nn.parameter.UninitializedParameter):
-                    raise ValueError(
-                        f"ParameterServerStrategy: {type(module).__name__}.{name} is not initialized "
-                        f"(a lazy module): give its input size, or run it once inside "
-                        f"strategy.scope(), before scheduling functions")
+                    self._pending.append((ref, name))
+                    continue
                 info = self._new_info(param, f"{type(module).__name__}.{name}")
                 self._by_param[id(param)] = info
                 self._params[info.var_id] = param
@@ -235,6 +241,16 @@ class VariableRegistry:
     def bump(self) -> None:
         """Training changed the variables: the chief's cached values are stale."""
         self.generation += 1
+
+
+def _refuse_uninitialized(pending: Sequence[Tuple["weakref.ref[torch.nn.Module]", str]]) -> None:
+    for ref, name in pending:
+        module = ref()
+        if module is not None and isinstance(module._parameters.get(name), torch.nn.parameter.UninitializedParameter):
+            raise ValueError(
+                f"ParameterServerStrategy: {type(module).__name__}.{name} is not initialized "
+                f"(a lazy module): give its input size, or run it once inside "
+                f"strategy.scope(), before scheduling functions (Model.fit does that itself)")
 
 
 def _no_op(*args: Any) -> None:

@@ -37,7 +37,7 @@ from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
 
-__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker"]
+__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables"]
 
 _STATE: List["WorkerState"] = []
 
@@ -167,6 +167,22 @@ def run_closure(defs: Sequence[Tuple[int, str, bytes, Tuple[int, ...]]], payload
     """Channel handler: run a scheduled function in this worker's main thread (the reply waits for it)."""
     state = _STATE[0]
     return run_on_main_thread(lambda: state.execute(defs, payload, hyper))
+
+
+def refresh_variables(tensors: Sequence[torch.Tensor]) -> None:
+    """Re-read from the ps tasks the current values of those ``tensors`` that are this worker's
+    variables (a scheduled function running several steps sees the updates of its earlier ones).
+    Outside a worker, or for tensors that are not variables, nothing happens."""
+    if not _STATE:
+        return
+    state = _STATE[0]
+    imp = state.importer
+    var_of = {id(p): var_id for var_id, p in imp.params.items()}
+    infos = [imp.infos[var_of[id(t)]] for t in tensors if id(t) in var_of]
+    if not infos:
+        return
+    for info, value in zip(infos, read_values(state.runtime, infos)):
+        imp.params[info.var_id].data = value
 
 
 def serve_worker(runtime: Any, strategy: Any, worker_index: int) -> None:

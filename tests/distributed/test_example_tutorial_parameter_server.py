@@ -1,0 +1,51 @@
+"""examples/tutorial_parameter_server.py (TF's parameter-server tutorial) runs both ways it documents."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distrib.comm.secret import new_secret
+from distrib.launch import launch
+from distrib.launch.result import LaunchTimeoutError
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                       "tutorial_parameter_server.py")
+SHORT = {"TUTORIAL_PS_WORKERS": "2", "TUTORIAL_PS_FIT_EPOCHS": "2", "TUTORIAL_PS_CTL_EPOCHS": "4",
+         "OMP_NUM_THREADS": "1"}
+
+
+def _check(out: str) -> None:
+    fit = [float(v) for v in out.split("Model.fit losses: ")[1].splitlines()[0].split(", ")]
+    assert len(fit) == 2 and fit[-1] < fit[0], out[-4000:]
+    assert "('/job:ps/replica:0/task:0/device:CPU:0', '/job:ps/replica:0/task:1/device:CPU:0')" in out
+    accuracies = [float(line.rsplit(" ", 1)[1].rstrip(".")) for line in out.splitlines()
+                  if line.startswith("Finished epoch")]
+    assert len(accuracies) == 4 and accuracies[-1] >= 0.9, out[-4000:]
+    assert float(out.split("Final loss is ")[1].split()[0]) < 0.3
+    evaluations = [float(line.split(": ")[1]) for line in out.splitlines() if line.startswith("Evaluation accuracy")]
+    assert len(evaluations) == 2 and min(evaluations) >= 0.9, out[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_tutorial_runs_on_its_in_process_cluster():
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    proc = subprocess.run([sys.executable, EXAMPLE], env={**env, **SHORT}, capture_output=True, text=True,
+                          timeout=350)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    _check(proc.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_tutorial_runs_under_distrib_launch():
+    try:
+        result = launch(EXAMPLE, [], workers=2, chief=True, ps=2, output="capture", timeout=350, grace_seconds=5,
+                        env={**SHORT, "DISTRIB_JOB_SECRET": new_secret()})
+    except LaunchTimeoutError as exc:
+        pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
+    assert result.returncode == 0, result.output[-6000:]
+    _check(result.outputs["chief"])
