@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from distrib.checkpoint.role import CheckpointRole
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.comm.collective import LocalCollective
 from distrib.checkpoint import storage
 from distrib.checkpoint.storage import AtomicDirectory, CorruptCheckpointError

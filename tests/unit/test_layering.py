@@ -168,3 +168,30 @@ def test_every_subpackage_and_top_level_module_imports_first_on_its_own():
 def test_every_module_imports_first_on_its_own():
     names = sorted(n for n in _modules() if not n.endswith("__main__"))
     assert not _import_each_alone(names)
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_packages():
+    """Package A imports B and B imports A (lazily or not, typing-only included): none."""
+    graph: Dict[str, Set[str]] = {}
+    for source, target in _edges():
+        a, b = _package(source), _package(target)
+        if a != b:
+            graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return False
+
+    cycles = sorted((a, b) for a, targets in graph.items() for b in targets if reaches(b, a))
+    assert not cycles, f"packages importing each other (directly or through others): {cycles}"

@@ -16,7 +16,7 @@ import distrib
 from distrib.checkpoint import storage
 from distrib.checkpoint.preemption import PreemptionWatcher
 from distrib.checkpoint.rng import RNGState
-from distrib.checkpoint.role import CheckpointRole
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.comm.collective import Collective, LocalCollective, ReduceOp
 from distrib.data import Dataset, InputBinding, InputContext, InputHost, InputPlacement
 from distrib.data.distributed import distribute_dataset, distribute_from_function

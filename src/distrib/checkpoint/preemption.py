@@ -41,7 +41,7 @@ from distrib import hooks
 from distrib.comm.collective import ReduceOp
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.checkpoint.role import CheckpointRole
+    from distrib.strategies.checkpoint_role import CheckpointRole
     from distrib.strategies.interface import Strategy
 
 from distrib.process.exit_codes import RESTART_EXIT_CODE

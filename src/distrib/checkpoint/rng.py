@@ -27,7 +27,7 @@ import torch
 
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.storage import CheckpointWarning
-from distrib.checkpoint.role import CheckpointRole
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 
 if TYPE_CHECKING:  # pragma: no cover

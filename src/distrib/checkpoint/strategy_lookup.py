@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
 
-from distrib.checkpoint.role import CheckpointRole
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.strategies import context
 
 if TYPE_CHECKING:  # pragma: no cover

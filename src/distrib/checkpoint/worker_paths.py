@@ -17,7 +17,7 @@ import tempfile
 from typing import TYPE_CHECKING, Iterator, Union
 
 from distrib.checkpoint.fs import remove
-from distrib.checkpoint.role import CheckpointRole
+from distrib.strategies.checkpoint_role import CheckpointRole
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy

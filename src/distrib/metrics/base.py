@@ -38,6 +38,7 @@ import torch
 from distrib.comm.collective import ReduceOp
 from distrib.metrics.packing import pack, unpack
 from distrib.strategies.context import get_strategy
+from distrib.strategies.interface import StrategyBoundState
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -55,7 +56,7 @@ def snake_case(name: str) -> str:
     return "".join(out)
 
 
-class Metric:
+class Metric(StrategyBoundState):
     """Base of every distrib metric (Keras's ``tf.keras.metrics.Metric``).
 
     Args:

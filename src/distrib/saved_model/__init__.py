@@ -46,7 +46,7 @@ from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.data.structure import TensorSpec
 from distrib.errors import DistribError
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
-from distrib.training.weights import write_directory
+from distrib.checkpoint.chief_directory import write_directory
 
 __all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec",
            "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]

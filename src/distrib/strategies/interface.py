@@ -34,9 +34,21 @@ from distrib.data.input_context import InputContext, InputPlacement
 from distrib.strategies.per_replica import PerReplica
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.checkpoint.role import CheckpointRole
+    from distrib.strategies.checkpoint_role import CheckpointRole
 
-__all__ = ["Strategy"]
+__all__ = ["Strategy", "StrategyBoundState"]
+
+
+class StrategyBoundState:
+    """Marks objects whose state belongs to the strategy they were created under (metrics).
+
+    The parameter-server strategy ships such an object to each worker once and
+    keeps one copy there, instead of sending its value with every scheduled
+    function; it recognises them by this base class, so strategies need not
+    import the packages that define them.
+    """
+
+    distribute_strategy: "Strategy"
 
 
 class Strategy(abc.ABC):
@@ -164,7 +176,7 @@ class Strategy(abc.ABC):
     # -------------------------------------------------------- checkpoints
     def checkpoint_role(self) -> "CheckpointRole":
         """The contract checkpoint code works against: who writes, where, and how to agree."""
-        from distrib.checkpoint.role import CheckpointRole
+        from distrib.strategies.checkpoint_role import CheckpointRole
 
         resolver = self.cluster_resolver
         return CheckpointRole(

@@ -53,7 +53,7 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.training.architecture import describe, rebuild
 from distrib.training.serialization import SerializationError, from_spec, import_by_path, importable_path
-from distrib.training.weights import write_directory
+from distrib.checkpoint.chief_directory import write_directory
 
 __all__ = ["save_model", "load_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 

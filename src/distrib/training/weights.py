@@ -29,11 +29,12 @@ from typing import Any, Dict, List, Mapping, Union
 import torch
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.chief_directory import write_directory
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.fs import url_to_fs
 from distrib.errors import DistribError
 
-__all__ = ["save_weights", "load_weights", "write_directory", "WeightsMismatchError", "WEIGHTS_NAME",
+__all__ = ["save_weights", "load_weights", "WeightsMismatchError", "WEIGHTS_NAME",
            "WEIGHTS_FORMAT"]
 
 WEIGHTS_NAME = "weights.safetensors"
@@ -43,32 +44,6 @@ _MAX_LISTED = 3
 
 class WeightsMismatchError(DistribError, ValueError):
     """The saved weights do not fit the module (missing, unexpected or differently shaped keys)."""
-
-
-def write_directory(filepath: str, strategy: Any, files: Mapping[str, bytes], info: Dict[str, Any],
-                    overwrite: bool = True, who: str = "save") -> None:
-    """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
-
-    Collective under a multi-replica strategy: every worker calls it with the
-    same ``files``; the others write to private temporary directories removed
-    before returning, and all leave together, so ``filepath`` is complete on
-    every worker afterwards.
-    """
-    if not overwrite:
-        taken = bool(strategy.is_chief) and storage.exists(filepath)
-        if strategy.num_replicas_in_sync > 1:
-            taken = strategy.collective.agree_any(taken)
-        if taken:
-            raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
-    write_path = storage.write_path_for(filepath, strategy)
-    try:
-        with storage.AtomicDirectory(write_path, info=info) as directory:
-            for name, data in files.items():
-                directory.write_bytes(name, data)
-    finally:
-        storage.remove_write_path(filepath, write_path)
-    if strategy.num_replicas_in_sync > 1:
-        strategy.barrier()
 
 
 def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:

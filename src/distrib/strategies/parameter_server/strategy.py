@@ -47,7 +47,7 @@ from distrib.data.input_context import InputContext, InputPlacement
 from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
-from distrib.strategies.interface import Strategy
+from distrib.strategies.interface import Strategy, StrategyBoundState
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
@@ -261,12 +261,11 @@ class ParameterServerStrategy(Strategy):
     # ---------------------------------------------------------- exporting
     def _classify(self, obj: Any) -> Optional[str]:
         from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
-        from distrib.metrics.base import Metric
         from distrib.strategies.parameter_server.values import PerWorkerValues
 
         if isinstance(obj, PerWorkerValues):
             return "per_worker"
-        if isinstance(obj, Metric) and obj.distribute_strategy is self:
+        if isinstance(obj, StrategyBoundState) and obj.distribute_strategy is self:
             return "metric"
         if isinstance(obj, ClusterCoordinator):
             raise TypeError("a scheduled function cannot use the ClusterCoordinator: it runs on a worker; "
