@@ -116,7 +116,9 @@ def _sigkill_cases():
     cases = []
     for seed in (0, 1, 2):
         step = random.Random(seed).randint(1, EPOCHS * STEPS_PER_EPOCH - 1)
-        cases.append(pytest.param(seed % 2, step, id=f"seed{seed}-worker{seed % 2}-step{step}"))
+        # seed 0 runs by default; the other two (another worker, other steps) with -m slow
+        marks = () if seed == 0 else (pytest.mark.slow,)
+        cases.append(pytest.param(seed % 2, step, id=f"seed{seed}-worker{seed % 2}-step{step}", marks=marks))
     return cases
 
 

@@ -352,12 +352,17 @@ def describe_task(offset, scale=1):
             "array": np.arange(2) * scale, "pair": (task["index"], os.environ["OMP_NUM_THREADS"])}
 
 
-def fail_on_worker_1():
+def fail_on_worker_1(started_marker):
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     print(f"worker {index} started", flush=True)
-    if index == 1:
-        raise RuntimeError("boom from worker 1")
-    threading.Event().wait()
+    if index == 0:
+        open(started_marker, "w").close()
+        threading.Event().wait()
+    # Fail only once worker 0 has printed, so its output is there to be shown.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started_marker) and time.monotonic() < deadline:
+        time.sleep(0.05)  # poll
+    raise RuntimeError("boom from worker 1")
 
 
 def test_run_cluster_returns_values_in_rank_order():
@@ -369,9 +374,9 @@ def test_run_cluster_returns_values_in_rank_order():
     ]
 
 
-def test_run_cluster_names_the_failed_task():
+def test_run_cluster_names_the_failed_task(tmp_path):
     with pytest.raises(ClusterRunError) as info:
-        run_cluster(fail_on_worker_1, 2)
+        run_cluster(fail_on_worker_1, 2, args=(str(tmp_path / "worker-0-started"),))
     message = str(info.value)
     first_line = message.splitlines()[0]
     assert first_line == ("run_cluster(test_launcher:fail_on_worker_1): "

@@ -234,6 +234,7 @@ def test_functions_of_a_killed_worker_run_on_another_and_training_completes(star
     assert c.wait("worker 0") == 0 and c.wait("ps 0") == 0, c.dump()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_hung_worker_is_replaced_within_the_timeout(start_cluster):
     # The timeout also bounds start-up, so it must leave room for slow starts on a busy machine.
