@@ -12,115 +12,29 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
-from typing import Dict, Optional
 
 import pytest
-
-from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
-from distrib.process.ports import reserve_ports
+from ps_task_harness import await_marker as _await_marker
+from ps_task_harness import cluster_starter
+from ps_task_harness import marker as _marker
 
 HERE = os.path.abspath(__file__)
 WAIT = 120.0
 
 
-# ----------------------------------------------------------------- harness
-class Cluster:
-    """Chief, workers and ps tasks running this file with one scenario; output in files."""
-
-    def __init__(self, tmp: Path, scenario: str, workers: int = 2, ps: int = 1,
-                 skip: tuple = (), timeout_seconds: float = 20) -> None:
-        layout = ClusterLayout(workers=workers, chief=True, ps=ps)
-        self.tasks = layout.tasks()
-        self.cluster = build_cluster(layout, "127.0.0.1", reserve_ports(len(self.tasks)))
-        self.tmp = tmp
-        self.procs: Dict[str, subprocess.Popen] = {}
-        for task in self.tasks:
-            if task.name in skip:
-                continue
-            env = task_environment(os.environ, self.cluster, task, num_training_tasks=workers + 1,
-                                   restart_count=0)
-            env.update(OMP_NUM_THREADS="1", PS_TEST_DIR=str(tmp), PS_TEST_TIMEOUT=str(timeout_seconds))
-            with open(self.log_path(task.name), "wb") as log:
-                self.procs[task.name] = subprocess.Popen([sys.executable, HERE, scenario], env=env,
-                                                         stdout=log, stderr=subprocess.STDOUT,
-                                                         start_new_session=True)
-
-    def log_path(self, name: str) -> Path:
-        return self.tmp / f"{name.replace(' ', '_')}.log"
-
-    def output(self, name: str) -> str:
-        return self.log_path(name).read_text(errors="replace")
-
-    def address(self, job: str, index: int = 0) -> str:
-        return self.cluster[job][index]
-
-    def wait_for_marker(self, name: str) -> None:
-        deadline = time.monotonic() + WAIT
-        while not (self.tmp / name).exists():
-            if time.monotonic() > deadline or self.procs["chief"].poll() is not None:
-                pytest.fail(f"marker {name!r} never appeared\n{self.dump()}")
-            time.sleep(0.05)  # poll: marker files have no notification
-
-    def kill(self, name: str) -> None:
-        os.killpg(self.procs[name].pid, signal.SIGKILL)
-        self.procs[name].wait(timeout=30)
-
-    def wait(self, name: str) -> int:
-        try:
-            return self.procs[name].wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{name} did not exit within {WAIT:g}s\n{self.dump()}")
-
-    def result(self) -> dict:
-        lines = [line for line in self.output("chief").splitlines() if line.startswith("RESULT ")]
-        assert lines, self.dump()
-        return json.loads(lines[-1][len("RESULT "):])
-
-    def dump(self) -> str:
-        return "\n".join(f"--- {name} (exit {p.poll()}):\n{self.output(name)[-3000:]}"
-                         for name, p in self.procs.items())
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
-
-
 @pytest.fixture
 def start_cluster(tmp_path):
-    started = []
-
-    def start(*args, **kwargs) -> Cluster:
-        started.append(Cluster(tmp_path, *args, **kwargs))
-        return started[-1]
-
-    yield start
-    for cluster in started:
-        cluster.close()
+    """``start_cluster(scenario, workers, ps, skip=(), timeout_seconds=20)`` (see ps_task_harness)."""
+    with cluster_starter(tmp_path, HERE, wait=WAIT) as start:
+        def start_with_timeout(scenario: str, workers: int = 2, ps: int = 1, skip: tuple = (),
+                               timeout_seconds: float = 20):
+            return start(scenario, workers=workers, ps=ps, skip=skip,
+                         env={"PS_TEST_TIMEOUT": str(timeout_seconds)})
+        yield start_with_timeout
 
 
 # --------------------------------------------------------------- scenarios
-def _marker(name: str) -> None:
-    Path(os.environ["PS_TEST_DIR"], name).write_text("1")
-
-
-def _await_marker(name: str) -> None:
-    path = Path(os.environ["PS_TEST_DIR"], name)
-    deadline = time.monotonic() + WAIT
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"marker {name} never appeared")
-        time.sleep(0.05)  # poll: marker files have no notification
-
-
 def _setup(partitioned: bool = False):
     import torch
 

@@ -9,108 +9,31 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
-
-from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
-from distrib.launch.ports import reserve_ports
+from ps_task_harness import await_marker as _await_marker
+from ps_task_harness import cluster_starter
+from ps_task_harness import marker as _marker
 
 HERE = os.path.abspath(__file__)
 WAIT = 180.0
 
 
-# ----------------------------------------------------------------- harness
-class Cluster:
-    """Chief + workers + ps running one scenario of this file; each task's output in a file."""
-
-    def __init__(self, tmp: Path, scenario: str, workers: int = 2, ps: int = 2, run: str = "a") -> None:
-        layout = ClusterLayout(workers=workers, chief=True, ps=ps)
-        self.cluster = build_cluster(layout, "127.0.0.1", reserve_ports(len(layout.tasks())))
-        self.tmp, self.run = tmp, run
-        self.procs: Dict[str, subprocess.Popen] = {}
-        for task in layout.tasks():
-            env = task_environment(os.environ, self.cluster, task, num_training_tasks=workers + 1, restart_count=0)
-            env.update(OMP_NUM_THREADS="1", PS_TEST_DIR=str(tmp), PS_TEST_RUN=run)
-            with open(self.log_path(task.name), "wb") as log:
-                self.procs[task.name] = subprocess.Popen([sys.executable, HERE, scenario], env=env, stdout=log,
-                                                         stderr=subprocess.STDOUT, start_new_session=True)
-
-    def log_path(self, name: str) -> Path:
-        return self.tmp / f"{self.run}.{name.replace(' ', '_')}.log"
-
-    def output(self, name: str) -> str:
-        return self.log_path(name).read_text(errors="replace")
-
-    def wait_for_marker(self, name: str) -> None:
-        deadline = time.monotonic() + WAIT
-        while not (self.tmp / name).exists():
-            if time.monotonic() > deadline or self.procs["chief"].poll() is not None:
-                pytest.fail(f"marker {name!r} never appeared\n{self.dump()}")
-            time.sleep(0.05)  # poll: marker files have no notification
-
-    def kill(self, name: str) -> None:
-        os.killpg(self.procs[name].pid, signal.SIGKILL)
-        self.procs[name].wait(timeout=30)
-
-    def wait(self, name: str) -> int:
-        try:
-            return self.procs[name].wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{name} did not exit within {WAIT:g}s\n{self.dump()}")
-
-    def result(self) -> dict:
-        lines = [line for line in self.output("chief").splitlines() if line.startswith("RESULT ")]
-        assert lines, self.dump()
-        return json.loads(lines[-1][len("RESULT "):])
-
-    def dump(self) -> str:
-        return "\n".join(f"--- {name} (exit {p.poll()}):\n{self.output(name)[-3000:]}"
-                         for name, p in self.procs.items())
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
-
-
 @pytest.fixture
 def start_cluster(tmp_path):
-    started = []
-
-    def start(*args, **kwargs) -> Cluster:
-        started.append(Cluster(tmp_path, *args, **kwargs))
-        return started[-1]
-
-    yield start
-    for cluster in started:
-        cluster.close()
+    """``start_cluster(scenario, workers=2, ps=2, run="a")`` (see ps_task_harness)."""
+    with cluster_starter(tmp_path, HERE, wait=WAIT) as start:
+        def start_run(scenario: str, workers: int = 2, ps: int = 2, run: str = "a"):
+            return start(scenario, workers=workers, ps=ps, run=run, env={"PS_TEST_RUN": run})
+        yield start_run
 
 
 # --------------------------------------------------------------- scenarios
-def _marker(name: str) -> None:
-    Path(os.environ["PS_TEST_DIR"], name).write_text("1")
-
-
-def _await_marker(name: str) -> None:
-    path = Path(os.environ["PS_TEST_DIR"], name)
-    deadline = time.monotonic() + WAIT
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"marker {name} never appeared")
-        time.sleep(0.05)  # poll: marker files have no notification
-
-
 def _setup(resolver=None, timeout: float = 30.0):
     """A learnable regression (y = x·w + 0.1, 4 features) with a lazy first layer; returns what scenarios need."""
     import torch
