@@ -2,11 +2,13 @@
 
 A `PreemptionWatcher` installs a SIGTERM handler that only sets a flag (a
 signal handler must not save or talk to other workers). At a step boundary
-every worker calls `PreemptionWatcher.agreed`, one tiny all-reduce (MAX of a
-preallocated one-element tensor on the collective's control group), so all
-workers learn in the same step whether *any* of them was signalled; then all
-save at that same step and exit with `RESTART_EXIT_CODE`, which `distrib
-launch` treats as "restart, not a failure".
+every worker calls `PreemptionWatcher.agreed`, so all workers learn in the
+same step whether *any* of them was signalled; then all save at that same
+step and exit with `RESTART_EXIT_CODE`, which `distrib launch` treats as
+"restart, not a failure". The answer rides in the step's gradient all-reduce
+(`distrib.comm.step_flag`), so agreeing costs no message of its own; only
+where no gradient was reduced since the last check (the first check, a
+step without gradients) is it one tiny all-reduce on the control group.
 
 Once training has finished normally, SIGTERM no longer counts as a failure:
 `PreemptionWatcher.uninstall` (``training_finished=True``) leaves
@@ -39,6 +41,7 @@ import torch
 
 from distrib import hooks
 from distrib.comm.collective import ReduceOp
+from distrib.comm.step_flag import StepFlag
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.checkpoint_role import CheckpointRole
@@ -62,6 +65,7 @@ class PreemptionWatcher:
         self._previous: Any = None
         self._installed = False
         self._buf = torch.zeros(1)
+        self._channel: Optional[StepFlag] = None  # the step flag carrying this watcher's flag
 
     # ------------------------------------------------------------ signal
     def install(self) -> "PreemptionWatcher":
@@ -94,6 +98,9 @@ class PreemptionWatcher:
             previous = exit_after_training
         hooks.restore_signal_handler(self.signum, previous)
         self._installed = False
+        if self._channel is not None:
+            self._channel.remove_source(self._event.is_set)
+            self._channel = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         self._event.set()
@@ -118,8 +125,9 @@ class PreemptionWatcher:
     def agreed(self, strategy: "Union[Strategy, CheckpointRole, None]" = None) -> bool:
         """True on every worker if any worker was signalled (collective: all workers call it).
 
-        Costs one all-reduce of one preallocated float on the control group
-        (nothing on a single worker).
+        Costs no message when a gradient all-reduce ran since the last call
+        (the flag rode in it); otherwise one all-reduce of one preallocated
+        float on the control group. Nothing on a single worker.
         """
         from distrib.checkpoint.strategy_lookup import resolve_role
 
@@ -127,6 +135,17 @@ class PreemptionWatcher:
         collective = resolve_role(strategy, "PreemptionWatcher.agreed").collective
         if collective.world_size <= 1:
             return flag
+        channel = collective.step_flag
+        if self._channel is channel:
+            carried = channel.take()
+            if carried is not None:
+                return carried
+        else:  # every worker attaches at the same call, so all fall back below
+            if self._channel is not None:
+                self._channel.remove_source(self._event.is_set)
+            channel.add_source(self._event.is_set)
+            channel.take()  # reductions before this watcher rode along do not count
+            self._channel = channel
         self._buf.fill_(1.0 if flag else 0.0)
         out = collective.control_all_reduce(self._buf, ReduceOp.MAX)
         return bool(out.item() > 0.0)

@@ -18,9 +18,11 @@ from __future__ import annotations
 import abc
 import enum
 import json
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
+
+from distrib.comm.step_flag import StepFlag
 
 __all__ = ["ReduceOp", "Collective", "LocalCollective"]
 
@@ -36,6 +38,8 @@ class ReduceOp(enum.Enum):
 
 class Collective(abc.ABC):
     """Collective operations among the replicas of one job."""
+
+    _step_flag: Optional[StepFlag] = None
 
     @property
     @abc.abstractmethod
@@ -62,6 +66,13 @@ class Collective(abc.ABC):
     @abc.abstractmethod
     def barrier(self) -> None:
         """Return once every replica has called it."""
+
+    @property
+    def step_flag(self) -> StepFlag:
+        """The `StepFlag` whose value rides in this collective's gradient reductions."""
+        if self._step_flag is None:
+            self._step_flag = StepFlag()
+        return self._step_flag
 
     def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
         """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it."""

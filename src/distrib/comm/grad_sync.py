@@ -29,6 +29,11 @@ first step on. Its hook is registered after the next step (or when
 parameter that becomes trainable in the middle of a step (after the layout
 was fixed) is summed by `finish` in one extra message, in registration order.
 
+The last bucket has one more element: the collective's `StepFlag` (an
+"any replica?" flag such as a preemption notice), so a decision every step
+must agree on travels with the step's gradients instead of in a message of
+its own.
+
 Example (2 replicas with gradients [1, 2] and [3, 4] for one parameter):
     after backward + optimizer.step(): both replicas stepped with grad [4, 6]
 """
@@ -43,6 +48,7 @@ import torch
 from distrib.comm.collective import ReduceOp
 from distrib.comm.optimizer_hook import register_parameters
 from distrib.comm.state_sync import StateAverager
+from distrib.comm.step_flag import StepFlag
 
 __all__ = ["GradientSynchronizer"]
 
@@ -51,20 +57,24 @@ _WIRE_DTYPES = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class _Bucket:
-    __slots__ = ("params", "numels", "buffer", "views", "flags", "ready", "pending", "handle", "dirty", "index")
+    __slots__ = ("params", "numels", "buffer", "views", "flags", "step_flag", "ready", "pending", "handle",
+                 "dirty", "index")
 
-    def __init__(self, index: int, params: List[torch.nn.Parameter], wire_dtype: Optional[torch.dtype]) -> None:
+    def __init__(self, index: int, params: List[torch.nn.Parameter], wire_dtype: Optional[torch.dtype],
+                 step_flag: Optional[StepFlag] = None) -> None:
         self.index = index
         self.params = params
+        self.step_flag = step_flag  # carried in this bucket's last element, if given
         total = sum(p.numel() for p in params)
         dtype = wire_dtype or params[0].dtype
-        self.buffer = torch.zeros(total + len(params), dtype=dtype, device=params[0].device)
+        extra = 1 if step_flag is not None else 0
+        self.buffer = torch.zeros(total + len(params) + extra, dtype=dtype, device=params[0].device)
         self.views = []
         offset = 0
         for p in params:
             self.views.append(self.buffer[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
-        self.flags = self.buffer[offset:]
+        self.flags = self.buffer[offset:offset + len(params)]
         self.ready = [False] * len(params)
         self.pending = len(params)
         self.handle = None
@@ -133,7 +143,9 @@ class GradientSynchronizer:
                 buckets.append(groups.pop(key))
                 sizes[key] = 0
         buckets.extend(g for g in groups.values() if g)
-        self._buckets = [_Bucket(i, ps, self._wire_dtype) for i, ps in enumerate(buckets)]
+        flag = self._collective.step_flag
+        self._buckets = [_Bucket(i, ps, self._wire_dtype, flag if i == len(buckets) - 1 else None)
+                         for i, ps in enumerate(buckets)]
         self._where = {id(p): None for p in self._params}
         for b in self._buckets:
             for slot, p in enumerate(b.params):
@@ -187,6 +199,8 @@ class GradientSynchronizer:
                     else:
                         view.copy_(p.grad)
                     bucket.flags[slot] = 1
+            if bucket.step_flag is not None:
+                bucket.buffer[-1] = bucket.step_flag.local_value()
         bucket.handle = self._collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
 
     # ------------------------------------------------------------ finish
@@ -228,6 +242,8 @@ class GradientSynchronizer:
         the next launch copies fresh gradients over it, after the step used it.
         """
         flags = bucket.flags.tolist()
+        if bucket.step_flag is not None:
+            bucket.step_flag.deliver(float(bucket.buffer[-1]))
         with torch.no_grad():
             for p, view, flag in zip(bucket.params, bucket.views, flags):
                 if flag <= 0:
