@@ -138,6 +138,20 @@ def test_no_run_blocks_point_at_a_program_that_exists() -> None:
     assert len(skipped) <= 6, "no-run is for fragments that cannot run alone; make the others runnable"
 
 
+_REPO_PATH = re.compile(r"(?<![\w/.])((?:examples|tests|bench|scripts|src)/[\w/.-]+\.(?:py|sh|md|json|png))")
+
+
+def test_files_the_docs_name_exist_and_every_example_is_listed() -> None:
+    named = {m for page in doc_pages() for m in _REPO_PATH.findall(page.read_text(encoding="utf-8"))}
+    assert named, "the pages name the example programs and their tests"
+    assert not sorted(n for n in named if not (ROOT / n).exists()), "the docs name files that do not exist"
+    listing = (DOCS / "examples.md").read_text(encoding="utf-8")
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "examples").glob("*.py")}
+    helpers = {p for p in sources if any(re.search(rf"^(?:from|import) {p.stem}\b", s, re.M) for s in sources.values())}
+    unlisted = sorted(p.name for p in sources if p not in helpers and f"examples/{p.name}" not in listing)
+    assert not unlisted, f"docs/examples.md does not list {unlisted}"
+
+
 @pytest.mark.parametrize("page", sorted(runnable_blocks()))
 def test_page_examples_run(page: str, tmp_path: pathlib.Path) -> None:
     blocks = runnable_blocks()[page]
