@@ -189,3 +189,12 @@ def test_docs_build_strict(tmp_path: pathlib.Path) -> None:
     assert 'id="distrib.strategies.mirrored.MirroredStrategy"' in api
     assert "experimental_distribute_dataset" in api
     assert not (site / "incoming").exists(), "docs/incoming/ pages are folded in by hand, not built"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="MkDocs is not installed")
+def test_incoming_pages_are_left_out_of_the_build() -> None:
+    from mkdocs.config import load_config
+
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    assert config.exclude_docs.match_file("incoming/ux.md")
+    assert not config.exclude_docs.match_file("quickstart.md")
