@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv with distrib and its test/bench tools installed.
+# Create (or reuse) .venv with distrib and its test, bench and docs tools installed.
 # Every install goes through constraints.txt, which pins torch; edit it to use
 # another build. Re-running is cheap: nothing is reinstalled unless
 # pyproject.toml or constraints.txt changed.
@@ -13,6 +13,6 @@ stamp=.venv/.distrib-installed
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,bench]"
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,bench,docs]"
   echo "$want" > "$stamp"
 fi

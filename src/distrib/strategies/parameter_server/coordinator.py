@@ -3,7 +3,7 @@
 `ClusterCoordinator` schedules functions on the workers of a
 `ParameterServerStrategy` and collects their results as `RemoteValue` s;
 `PerWorkerValues` are values held on every worker (per-worker datasets and
-iterators). See the README's parameter-server section.
+iterators). Guide: docs/parameter-server.md.
 
 Example (the chief's program; workers and ps tasks run the same script and
 serve inside the strategy's constructor):
