@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
+from distrib.data.dataset_ops import DatasetOps
 from distrib.data.options import INFINITE, UNKNOWN, Options
 from distrib.data.stream import BlockIterator, IterContext
 
 __all__ = ["Dataset"]
 
 
-class Dataset:
+class Dataset(DatasetOps):
     """A pipeline of elements (structures of torch tensors). Build it with the static constructors."""
 
     _inputs: Tuple["Dataset", ...] = ()
