@@ -155,3 +155,32 @@ def test_errors_are_one_line():
         Dataset.range(3).bucket_by_sequence_length(lambda x: 1, [2], [1])
     with pytest.raises(ValueError, match="choice 5 is not in"):
         list(Dataset.choose_from_datasets([Dataset.range(2)], Dataset.from_tensors(np.int64(5))))
+
+
+# ------------------------------------------------------------------ distribution
+DISTRIBUTED = {
+    "rebatch": lambda: Dataset.range(23).batch(5).rebatch(4),
+    "window_batches": lambda: Dataset.range(15).window(4, 2, drop_remainder=True).flat_map(lambda w: w.batch(4)),
+    "bucket": lambda: _seq().bucket_by_sequence_length(lambda x: x.shape[0], [4], [4, 4]),
+    "sample_then_batch": lambda: Dataset.sample_from_datasets(
+        [Dataset.range(10), Dataset.range(100, 110)], seed=2).batch(4),
+    "scan_batch": lambda: Dataset.range(10).scan(torch.tensor(0), lambda s, x: (s + x, s + x)).batch(4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISTRIBUTED))
+def test_distributed_replicas_split_each_global_batch(name):
+    from distrib.testing.simulated import run_workers
+
+    expected = [_plain(b) for b in DISTRIBUTED[name]()]
+
+    def body(strategy):
+        return [_plain(b) for b in strategy.experimental_distribute_dataset(DISTRIBUTED[name]())]
+
+    per_worker = run_workers(body, 2)
+    assert all(len(w) == len(expected) for w in per_worker)
+    for step, global_batch in enumerate(expected):
+        parts = [w[step] for w in per_worker]
+        width = max((len(r) for p in parts for r in p if isinstance(r, list)), default=0)
+        joined = [r + [0] * (width - len(r)) if isinstance(r, list) else r for p in parts for r in p]
+        assert joined == [r + [0] * (width - len(r)) if isinstance(r, list) else r for r in global_batch]
