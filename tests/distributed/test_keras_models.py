@@ -156,6 +156,7 @@ def keras_fit_save_load(directory):
             "reloaded": loaded.predict(x, verbose=0).tolist()}
 
 
+@pytest.mark.slow
 def test_keras_model_saved_by_two_workers_loads_in_one_process(tmp_path):
     workers = run_cluster(keras_fit_save_load, num_workers=2, args=(str(tmp_path),), env=KERAS_ENV, timeout=200)
     import distrib

@@ -139,6 +139,31 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_a_class_defined_in_main_is_found_there(tmp_path, monkeypatch):
+    main = sys.modules["__main__"]
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def get_config(self):
+            return {}
+    Head.__module__, Head.__qualname__ = "__main__", "Head"
+    monkeypatch.setattr(main, "Head", Head, raising=False)
+    model = distrib.Model(Head())
+    model.save(str(tmp_path / "m"))
+    assert json.loads((tmp_path / "m" / "model.json").read_text())["architecture"]["custom"] == "__main__:Head"
+    assert _same_outputs(model, distrib.models.load_model(str(tmp_path / "m")))
+    monkeypatch.delattr(main, "Head")
+    with pytest.raises(SerializationError, match=r"'__main__:Head' is not defined in '__main__'"):
+        distrib.models.load_model(str(tmp_path / "m"))
+
+
+@pytest.mark.slow
 def test_a_class_of_the_loading_script_is_found_in_main(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -137,10 +137,10 @@ def test_resume_continues_exactly(name, k):
 
 def test_sample_from_datasets_draws_by_weight_and_reproducibly():
     ds = Dataset.sample_from_datasets([Dataset.range(0, 4000).repeat(), Dataset.range(-4000, 0).repeat()],
-                                      weights=[0.8, 0.2], seed=11).take(4000)
+                                      weights=[0.8, 0.2], seed=11).take(2000)
     values = [int(v) for v in ds]
     share = sum(v >= 0 for v in values) / len(values)
-    assert 0.77 < share < 0.83
+    assert 0.76 < share < 0.84
     assert values == [int(v) for v in ds]  # a seeded sample replays the same order
 
 
