@@ -199,3 +199,19 @@ def test_save_and_load_options_are_accepted_and_skip_checkpoint_takes_effect(tmp
                              input_signature=[distrib.TensorSpec((None, 4), torch.float32)])
     served = distrib.saved_model.load(str(tmp_path / "export"), options=device)
     np.testing.assert_allclose(served(X).numpy(), model.module(X).detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("compile_spec, message", [
+    ({"loss": {"custom_class": "subprocess:Popen", "config": {"args": "touch {marker}", "shell": True}}},
+     r"names 'subprocess:Popen', which is not a loss, metric, optimizer, schedule or module class"),
+    ({"loss": {"class": "distrib.process.spawn.Nothing", "config": {}}}, r"load_model"),
+    ({"loss": {"function": "os:system"}}, r"names function 'os:system', which is neither distrib's nor registered"),
+])
+def test_hostile_compile_config_is_refused(tmp_path, compile_spec, message):
+    marker = tmp_path / "pwned"
+    spec = json.loads(json.dumps(compile_spec).replace("{marker}", str(marker)))
+    path = _forge(tmp_path, "evil", compile={"optimizer": {"name": "sgd"}, "metrics": None, "loss_weights": None,
+                                              **spec})
+    with pytest.raises(SerializationError, match=message) as info:
+        distrib.models.load_model(path)
+    assert "\n" not in str(info.value) and not marker.exists()
