@@ -30,7 +30,7 @@ import torch
 
 from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import END, ListDataset, decode, encode
+from distrib.data.element_state import ListDataset, decode, encode
 from distrib.data.options import INFINITE
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.structure import TensorSpec, call_unpacked, map_leaves

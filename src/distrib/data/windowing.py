@@ -38,7 +38,7 @@ from distrib.data.blocks import Block, ListBlock, build_batch, materialize
 from distrib.data.dataset import Dataset
 from distrib.data.element_state import END, DatasetSpec, ListDataset, Reader
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.stream import BlockIterator, IterContext
+from distrib.data.stream import BlockIterator, IterContext, pull
 from distrib.data.structure import (TensorSpec, batched_spec, leaves, map_leaves, stack_structures,
                                     unbatched_spec)
 from distrib.data.transforms import _Unary
@@ -169,15 +169,9 @@ class _RebatchIterator(BlockIterator):
         if self._done:
             return None
         size = self._sizes[self._k % len(self._sizes)]
-        blocks: List[Block] = []
-        have = 0
-        while have < size:
-            block = self._in.next_block(size - have)
-            if block is None:
-                self._done = True
-                break
-            blocks.append(block)
-            have += len(block)
+        blocks = pull(self._in, size)
+        have = sum(len(b) for b in blocks)
+        self._done = have < size
         if not blocks or (have < size and self._drop):
             self._done = True
             return None

@@ -10,12 +10,16 @@ arguments, read back from the layer's attributes of the same names::
     -> {"class": "Sequential", "children": [["0", {"class": "Linear",
          "args": {"in_features": 4, "out_features": 2, "bias": true}}], ["1", {"class": "ReLU", ...}]]}
 
-Rebuilding looks each class name up in ``torch.nn`` only (never an import
-path, never pickle) and refuses anything else. A description is only
+A module of the user's own class is recorded as ``{"custom": name, "config":
+module.get_config()}`` (``config`` None when its constructor needs no
+arguments), ``name`` being its registered name, import path or ``__main__``
+name; rebuilding resolves it with `distrib.training.registry` (only
+``torch.nn.Module`` subclasses are ever built). Standard layers are looked up
+in ``torch.nn`` only; nothing is unpickled. A description is only
 recorded when rebuilding it gives a module with the same ``repr`` and the
-same state_dict keys and shapes as the original; a custom class, or a layer
-whose arguments cannot be read back, makes `describe` return None (the save
-then needs ``builder=``).
+same state_dict keys and shapes as the original; a custom class without
+``get_config()`` whose constructor needs arguments, or a layer whose arguments
+cannot be read back, makes `describe` return None (the save then needs ``builder=``).
 
 Example:
     >>> spec = describe(torch.nn.Sequential(torch.nn.Linear(4, 2)))
