@@ -136,8 +136,12 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
         if not keras_io.is_keras_model(model.module):
             raise SerializationError(f"model.save({filepath}): a .keras file holds a Keras model; this model's "
                                      f"module is a {type(model.module).__name__}: save to a directory instead")
-        if not overwrite and storage.exists(filepath):
-            raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
+        if not overwrite:
+            taken = bool(strategy.is_chief) and storage.exists(filepath)
+            if strategy.num_replicas_in_sync > 1:
+                taken = strategy.collective.agree_any(taken)  # the chief's answer, for every worker
+            if taken:
+                raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
         keras_io.save_keras_file(model.module, filepath, strategy)
         return
     config = model_config(model)  # raises (on every worker alike) if the compile config cannot be saved
