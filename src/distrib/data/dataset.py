@@ -71,7 +71,8 @@ class Dataset(DatasetOps):
         if hasattr(clone, "_input"):
             clone._input = clone._inputs[0]
         clone.__dict__.pop("_ctx", None)
-        clone.__dict__.pop("_spec_cache", None)
+        for cached in ("_spec_cache", "_input_spec_cache", "_ragged_cache"):
+            clone.__dict__.pop(cached, None)
         return clone
 
     # ----------------------------------------------------------- constructors

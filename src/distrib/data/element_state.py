@@ -26,7 +26,7 @@ from distrib.data.dataset import Dataset
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.strings import is_string_leaf
 
-__all__ = ["Reader", "END", "encode", "decode", "ListDataset", "DatasetSpec", "unary_check"]
+__all__ = ["Reader", "END", "encode", "decode", "ListDataset", "DatasetSpec", "unary_check", "input_spec"]
 
 END = object()
 
@@ -135,3 +135,12 @@ def unary_check(value: Any, where: str) -> Dataset:
     if not isinstance(value, Dataset):
         raise TypeError(f"{where} needs a distrib.data.Dataset, got a {type(value).__name__}")
     return value
+
+
+def input_spec(node: Any) -> Any:
+    """``node._input.element_spec``, computed once per node (operators ask it for every window)."""
+    spec = node.__dict__.get("_input_spec_cache")
+    if spec is None:
+        spec = node._input.element_spec
+        node.__dict__["_input_spec_cache"] = spec
+    return spec

@@ -30,7 +30,7 @@ import torch
 
 from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import ListDataset, decode, encode
+from distrib.data.element_state import ListDataset, decode, encode, input_spec
 from distrib.data.options import INFINITE
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.structure import TensorSpec, call_unpacked, map_leaves
@@ -97,7 +97,7 @@ class GroupByWindowDataset(_Unary):
         return size
 
     def open(self, key: int, rows: List[Any]) -> BlockIterator:
-        ds = self._reduce(torch.tensor(key, dtype=torch.int64), ListDataset(rows, self._input.element_spec))
+        ds = self._reduce(torch.tensor(key, dtype=torch.int64), ListDataset(rows, input_spec(self)))
         if not isinstance(ds, Dataset):
             raise TypeError(f"group_by_window: reduce_func must return a distrib.data.Dataset, got "
                             f"{type(ds).__name__}")

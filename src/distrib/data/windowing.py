@@ -36,7 +36,7 @@ import torch
 from distrib.data.batching import UnbatchDataset
 from distrib.data.blocks import Block, ListBlock, build_batch, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import END, DatasetSpec, ListDataset, Reader
+from distrib.data.element_state import END, DatasetSpec, ListDataset, Reader, input_spec
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, pull
 from distrib.data.structure import (TensorSpec, batched_spec, leaves, map_leaves, stack_structures,
@@ -82,7 +82,7 @@ class WindowDataset(_Unary):
 
     def window_value(self, rows: List[Any]) -> Any:
         """One window: a dataset, or a structure of per-component datasets."""
-        spec = self._input.element_spec
+        spec = input_spec(self)
         if isinstance(spec, TensorSpec):
             return ListDataset(rows, spec)
         columns = list(zip(*[leaves(r) for r in rows]))
@@ -204,10 +204,13 @@ class RaggedBatchDataset(_Unary):
         return n // self._size if self._drop else -(-n // self._size)
 
     def _ragged(self) -> List[bool]:
-        static = self._input._static_spec()
-        if static is not None:
-            return [s.shape is None or None in s.shape for s in leaves(static)]
-        return [len(s.shape) > 0 for s in leaves(self._input.element_spec)]
+        flags = self.__dict__.get("_ragged_cache")
+        if flags is None:
+            static = self._input._static_spec()
+            flags = ([s.shape is None or None in s.shape for s in leaves(static)] if static is not None
+                     else [len(s.shape) > 0 for s in leaves(input_spec(self))])
+            self.__dict__["_ragged_cache"] = flags
+        return flags
 
     def _static_spec(self) -> Any:
         flags = iter(self._ragged())
