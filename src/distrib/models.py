@@ -17,6 +17,6 @@ from distrib.training.saving import load_model
 __all__ = ["load_model", "save_model"]
 
 
-def save_model(model: Any, filepath: str, overwrite: bool = True) -> None:
+def save_model(model: Any, filepath: str, overwrite: bool = True, options: Any = None, **kwargs: Any) -> None:
     """``model.save(filepath)`` (Keras's ``tf.keras.models.save_model``)."""
-    model.save(filepath, overwrite=overwrite)
+    model.save(filepath, overwrite=overwrite, options=options, **kwargs)

@@ -134,3 +134,42 @@ def test_keras_custom_loop_without_dropout_equals_one_process():
                                    err_msg=name)
     np.testing.assert_allclose(workers[0]["losses"], reference["losses"], rtol=1e-4)
     assert _moved(workers[0], "dense/kernel")
+
+
+def keras_fit_save_load(directory):
+    import distrib
+
+    keras = _keras()
+    _build(keras)                                     # another model first: this one's layer names shift
+    strategy = distrib.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = distrib.Model(_build(keras, dropout=0.0))
+        model.compile(optimizer="adam", loss="mse")
+    x, y = _data()
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+    model.save(os.path.join(directory, "model"))
+    model.save(os.path.join(directory, "model.keras"))
+    model.save_weights(os.path.join(directory, "weights"))
+    with strategy.scope():                            # every worker loads the chief's copy back
+        loaded = distrib.models.load_model(os.path.join(directory, "model"))
+    return {"predictions": model.predict(x, verbose=0).tolist(),
+            "reloaded": loaded.predict(x, verbose=0).tolist()}
+
+
+@pytest.mark.slow
+def test_keras_model_saved_by_two_workers_loads_in_one_process(tmp_path):
+    workers = run_cluster(keras_fit_save_load, num_workers=2, args=(str(tmp_path),), env=KERAS_ENV, timeout=200)
+    import distrib
+
+    keras = _keras()
+    want = np.asarray(workers[0]["predictions"])
+    assert workers[0]["predictions"] == workers[1]["predictions"]
+    np.testing.assert_allclose(workers[1]["reloaded"], want, rtol=1e-6)
+    x, _ = _data()
+    for path in ("model", "model.keras"):
+        loaded = distrib.models.load_model(str(tmp_path / path))
+        np.testing.assert_allclose(loaded.predict(x, verbose=0), want, rtol=1e-5, atol=1e-6, err_msg=path)
+    with distrib.MirroredStrategy().scope():
+        fresh = distrib.Model(_build(keras, dropout=0.0))
+    fresh.load_weights(str(tmp_path / "weights"))
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), want, rtol=1e-5, atol=1e-6)

@@ -13,6 +13,7 @@ from distrib.testing import run_cluster
 pytestmark = pytest.mark.timeout(240)
 
 
+@distrib.saving.register_serializable(package="tests")
 def build_net():
     return torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
 

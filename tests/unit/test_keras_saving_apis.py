@@ -180,7 +180,7 @@ def test_load_model_refuses_a_foreign_class_in_the_architecture(tmp_path):
         distrib.models.load_model(str(tmp_path / "m"))
 
 
-def test_custom_module_still_needs_a_builder(tmp_path):
+def test_custom_module_defined_in_a_function_needs_custom_objects(tmp_path):
     class Custom(nn.Module):
         def __init__(self):
             super().__init__()
@@ -190,10 +190,12 @@ def test_custom_module_still_needs_a_builder(tmp_path):
             return self.fc(x) * 2
 
     model = distrib.Model(nn.Sequential(Custom()))
-    with pytest.warns(UserWarning, match="no importable builder"):
+    with pytest.warns(UserWarning, match="defined inside a function"):
         model.save(str(tmp_path / "m"))
-    with pytest.raises(SerializationError, match="standard torch.nn layers.*builder="):
+    with pytest.raises(SerializationError, match="Custom' was defined inside a function.*custom_objects"):
         distrib.models.load_model(str(tmp_path / "m"))
+    loaded = distrib.models.load_model(str(tmp_path / "m"), custom_objects={"Custom": Custom})
+    assert type(loaded.module[0]) is Custom
 
 
 # ------------------------------------------------------------- export

@@ -18,8 +18,9 @@ X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
 Y = (np.abs(X[:, 1] * 2).astype(np.int64) % 3)
 
 
+@distrib.saving.register_serializable(package="tests")
 def build_net(hidden=8):
-    """An importable builder, recorded by path."""
+    """A registered builder, recorded by path: a file may name it, load_model may call it."""
     return torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3))
 
 
@@ -103,10 +104,12 @@ def test_unknown_architecture_warns_at_save_and_needs_a_builder_at_load(tmp_path
         def forward(self, x):
             return self.fc(x)
     model = _trained(Local())
-    with pytest.warns(UserWarning, match="no importable builder"):
+    with pytest.warns(UserWarning, match="defined inside a function.*custom_objects"):
         model.save(str(tmp_path / "m"))
-    with pytest.raises(SerializationError, match="builder="):
+    with pytest.raises(SerializationError, match=r"Local' was defined inside a function.*custom_objects.*builder="):
         distrib.models.load_model(str(tmp_path / "m"))
+    by_name = distrib.models.load_model(str(tmp_path / "m"), custom_objects={"Local": Local})
+    np.testing.assert_array_equal(by_name.get_weights()[0], model.get_weights()[0])
     loaded = distrib.models.load_model(str(tmp_path / "m"), builder=Local)
     np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])
     with pytest.raises(SerializationError, match="does not match the saved weights"):

@@ -8,6 +8,7 @@ Example (seed 001's pipeline, ported line for line):
 from distrib.data import experimental
 from distrib.data.adapters import as_dataset
 from distrib.data.dataset import Dataset
+from distrib.data.element_state import DatasetSpec
 from distrib.data.distributed import DistributedDataset
 from distrib.data.distributed_iterator import DistributedIterator
 from distrib.data.input_context import InputBinding, InputContext, InputHost, InputPlacement
@@ -17,8 +18,10 @@ from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKN
 from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
 from distrib.data.text import TextLineDataset
+from distrib.data.windowing import RaggedList, RaggedSpec
 
 __all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "AutoShardPolicy",
            "InputContext", "InputPlacement", "InputHost", "InputBinding", "TensorSpec", "DatasetIterator", "DistributedDataset",
            "DistributedIterator", "Optional", "OutOfRangeError", "AUTOTUNE", "INFINITE", "UNKNOWN",
-           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "STRING"]
+           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "STRING",
+           "DatasetSpec", "RaggedList", "RaggedSpec"]

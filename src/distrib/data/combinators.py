@@ -229,6 +229,20 @@ class InterleaveDataset(Dataset):
                              f"{cycle_length} and {block_length}")
         self._fn, self._cycle, self._block, self._where = map_func, int(cycle_length), int(block_length), where
 
+    def _static_spec(self) -> Any:
+        """The spec of ``map_func``'s dataset for the first input element, when it is static.
+
+        TF traces ``map_func``; calling it on one element and asking the dataset it
+        returns for its static spec gives the same shapes (``w.batch(3)``: ``(None,)``).
+        """
+        from distrib.data.iterator import DatasetIterator
+
+        first = next(DatasetIterator(self._input, IterContext(self._input)), None)
+        if first is None:
+            return None
+        ds = call_unpacked(self._fn, first)
+        return ds._static_spec() if isinstance(ds, Dataset) else None
+
     def _open(self, element: Any) -> BlockIterator:
         ds = call_unpacked(self._fn, element)
         if not isinstance(ds, Dataset):

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
+from distrib.data.dataset_ops import DatasetOps
 from distrib.data.options import INFINITE, UNKNOWN, Options
 from distrib.data.stream import BlockIterator, IterContext
 
 __all__ = ["Dataset"]
 
 
-class Dataset:
+class Dataset(DatasetOps):
     """A pipeline of elements (structures of torch tensors). Build it with the static constructors."""
 
     _inputs: Tuple["Dataset", ...] = ()
@@ -70,7 +71,8 @@ class Dataset:
         if hasattr(clone, "_input"):
             clone._input = clone._inputs[0]
         clone.__dict__.pop("_ctx", None)
-        clone.__dict__.pop("_spec_cache", None)
+        for cached in ("_spec_cache", "_input_spec_cache", "_ragged_cache"):
+            clone.__dict__.pop(cached, None)
         return clone
 
     # ----------------------------------------------------------- constructors

@@ -64,7 +64,23 @@ class PaddedBatchDataset(_Unary):
         return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
 
     def _static_spec(self) -> Any:
-        return None
+        """Batch dimension None unless ``drop_remainder``; padded dimensions as ``padded_shapes`` says.
+
+        Without ``padded_shapes``, a dimension is the input's static one (None when
+        unknown); when the input's spec is only known from its first element (after
+        ``map``), every padded dimension is None, since padding exists for shapes that vary.
+        """
+        static = self._input._static_spec()
+        spec = static if static is not None else self._input.element_spec
+        shapes = _broadcast(_as_shape_structure(self._shapes), spec, "padded_shapes")
+        flat = iter(leaves(shapes) if shapes is not None else [None] * len(leaves(spec)))
+        batch = self.batch_size if self.drop_remainder else None
+
+        def one(s: TensorSpec) -> TensorSpec:
+            shape = next(flat)
+            dims = shape.dims if shape is not None else (s.shape if static is not None else [None] * len(s.shape))
+            return TensorSpec((batch,) + tuple(dims), s.dtype)
+        return map_leaves(one, spec)
 
     def _iterator(self, ctx: IterContext, lineage: Tuple[int, ...], state: Optional[dict]) -> BlockIterator:
         inner = self._input._iterator(ctx, lineage, state["in"] if state else None)

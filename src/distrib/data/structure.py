@@ -2,14 +2,15 @@
 
 A dataset element is a tensor, or a tuple / namedtuple / dict nesting tensors
 (tf.data's rule). numpy arrays and Python numbers become tensors; numpy keeps
-its dtype (float64 stays float64), Python floats become float32 and ints int64.
+its dtype (float64 stays float64), Python floats become float32 and ints int32
+(int64 when a value does not fit), as in tf.data.
 A list is a tensor when it holds numbers (``[1, 2]``) and a structure when it
 holds tensors or arrays (``[x_batch, y_batch]``, what a torch ``DataLoader``
 yields), so both TensorFlow and PyTorch inputs read naturally.
 
 Example:
     >>> to_structure((np.zeros(2, np.float64), 3))
-    (tensor([0., 0.], dtype=torch.float64), tensor(3))
+    (tensor([0., 0.], dtype=torch.float64), tensor(3, dtype=torch.int32))
     >>> spec_of({"x": torch.zeros(4, 2)})
     {'x': TensorSpec(shape=(4, 2), dtype=torch.float32)}
 """
@@ -111,9 +112,12 @@ def to_tensor(value: Any) -> torch.Tensor:
         return torch.from_numpy(np.asarray(value))
     if isinstance(value, (bool, numbers.Number)) or isinstance(value, list):
         try:
-            return torch.as_tensor(value)
+            tensor = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise TypeError(f"cannot make a tensor from {_short(value)}: {exc}") from None
+        if tensor.dtype == torch.int64 and _python_ints(value) and _fits_int32(tensor):
+            return tensor.to(torch.int32)  # tf.data's rule: Python ints are int32 when they fit
+        return tensor
     raise TypeError(f"cannot make a tensor from a {type(value).__name__} ({_short(value)}): "
                     "elements must be tensors, numpy arrays or numbers, nested in tuples or dicts")
 
@@ -240,6 +244,16 @@ def spec_from_json(obj: Any) -> Any:
         return {k: spec_from_json(v) for k, v in obj["dict"].items()}
     seq = [spec_from_json(v) for v in obj["seq"]]
     return seq if obj["list"] else tuple(seq)
+
+
+def _python_ints(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_python_ints(v) for v in value)
+    return type(value) is int
+
+
+def _fits_int32(tensor: torch.Tensor) -> bool:
+    return tensor.numel() == 0 or (int(tensor.min()) >= -2**31 and int(tensor.max()) < 2**31)
 
 
 def _short(value: Any) -> str:

@@ -45,10 +45,12 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.data.structure import TensorSpec
 from distrib.errors import DistribError
+from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
 from distrib.checkpoint.chief_directory import write_directory
 
-__all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec",
+__all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
+           "LoadOptions",
            "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
 
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
@@ -135,7 +137,7 @@ def save(obj: Any, export_dir: Union[str, Any], signatures: Any = None, options:
         export_dir: the directory to write (replaced if it exists).
         signatures: accepted for TF compatibility; a list of `TensorSpec` is
             taken as ``input_signature``.
-        options: accepted for TF compatibility and ignored.
+        options: a `SaveOptions` (accepted; see `distrib.saved_model.options`).
         input_signature: one `TensorSpec` per positional input of ``forward``.
         example_inputs: a batch (tensor/array or tuple of them) instead of
             ``input_signature``; its first dimension becomes any-size.
@@ -143,7 +145,7 @@ def save(obj: Any, export_dir: Union[str, Any], signatures: Any = None, options:
     Raises:
         ExportError: no signature, or torch.export cannot trace the model.
     """
-    del options
+    check_save_options(options, "saved_model.save")
     export_dir = str(export_dir).rstrip("/")
     where = f"saved_model.save({export_dir})"
     if input_signature is None and isinstance(signatures, (list, tuple, TensorSpec)):
@@ -249,7 +251,8 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
         distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged export.
         UnsafeProgramError: the program uses something distrib does not load from files.
     """
-    del tags, options
+    del tags
+    check_load_options(options, "saved_model.load")
     export_dir = str(export_dir).rstrip("/")
     where = f"saved_model.load({export_dir})"
     manifest = storage.read_manifest(export_dir)

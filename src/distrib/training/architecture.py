@@ -10,12 +10,16 @@ arguments, read back from the layer's attributes of the same names::
     -> {"class": "Sequential", "children": [["0", {"class": "Linear",
          "args": {"in_features": 4, "out_features": 2, "bias": true}}], ["1", {"class": "ReLU", ...}]]}
 
-Rebuilding looks each class name up in ``torch.nn`` only (never an import
-path, never pickle) and refuses anything else. A description is only
+A module of the user's own class is recorded as ``{"custom": name, "config":
+module.get_config()}`` (``config`` None when its constructor needs no
+arguments), ``name`` being its registered name, import path or ``__main__``
+name; rebuilding resolves it with `distrib.training.registry` (only
+``torch.nn.Module`` subclasses are ever built). Standard layers are looked up
+in ``torch.nn`` only; nothing is unpickled. A description is only
 recorded when rebuilding it gives a module with the same ``repr`` and the
-same state_dict keys and shapes as the original; a custom class, or a layer
-whose arguments cannot be read back, makes `describe` return None (the save
-then needs ``builder=``).
+same state_dict keys and shapes as the original; a custom class without
+``get_config()`` whose constructor needs arguments, or a layer whose arguments
+cannot be read back, makes `describe` return None (the save then needs ``builder=``).
 
 Example:
     >>> spec = describe(torch.nn.Sequential(torch.nn.Linear(4, 2)))
@@ -96,12 +100,35 @@ def _layer_args(module: torch.nn.Module) -> Dict[str, Any]:
     return args
 
 
-def _describe(module: torch.nn.Module, depth: int) -> Dict[str, Any]:
+def _describe_custom(module: torch.nn.Module, seen: Dict[str, type]) -> Dict[str, Any]:
+    """A module of the user's own class: its registered name or import path, and its ``get_config()``.
+
+    A class defined inside a function is recorded by ``module:qualname`` too; loading
+    it then needs ``custom_objects``.
+    """
+    from distrib.training.registry import class_name
+    from distrib.training.serialization import _jsonable
+
+    cls = type(module)
+    name = class_name(cls) or f"{cls.__module__}:{cls.__qualname__}"
+    seen[name] = cls
+    get_config = getattr(module, "get_config", None)
+    if callable(get_config):
+        return {"custom": name, "config": _jsonable(get_config())}
+    params = inspect.signature(cls).parameters.values()
+    if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        raise _Unsupported(f"{cls.__qualname__} needs constructor arguments and has no get_config()")
+    return {"custom": name, "config": None}
+
+
+def _describe(module: torch.nn.Module, depth: int, seen: Dict[str, type]) -> Dict[str, Any]:
     name = type(module).__name__
-    if depth > _MAX_DEPTH or _standard_class(name) is not type(module):
+    if depth > _MAX_DEPTH:
         raise _Unsupported(name)
+    if _standard_class(name) is not type(module):
+        return _describe_custom(module, seen)
     if name in _CONTAINERS:
-        return {"class": name, "children": [[k, _describe(m, depth + 1)] for k, m in module.named_children()]}
+        return {"class": name, "children": [[k, _describe(m, depth + 1, seen)] for k, m in module.named_children()]}
     if list(module.children()):
         raise _Unsupported(f"{name} with submodules")
     return {"class": name, "args": _layer_args(module)}
@@ -112,28 +139,44 @@ def _signature(module: torch.nn.Module) -> Tuple[str, List[Tuple[str, Tuple[int,
 
 
 def describe(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
-    """The JSON description of ``module``, or None if it is not made of standard ``torch.nn`` layers only."""
+    """The JSON description of ``module``, or None if it cannot be rebuilt from one.
+
+    Standard ``torch.nn`` layers are described by their arguments; a module of
+    the user's class by its name (registered, importable or in ``__main__``)
+    and ``get_config()`` (or none, when its constructor needs no arguments).
+    """
+    seen: Dict[str, type] = {}
     try:
-        spec = _describe(module, 0)
-        rebuilt = rebuild(spec)
+        spec = _describe(module, 0, seen)
+        rebuilt = rebuild(spec, custom_objects=seen, safe_mode=False)
     except (_Unsupported, SerializationError, TypeError, ValueError):
         return None
     return spec if _signature(rebuilt) == _signature(module) else None
 
 
-def rebuild(spec: Any, where: str = "architecture") -> torch.nn.Module:
-    """A fresh module (new weights) from `describe`'s output; only ``torch.nn`` classes are created.
+def rebuild(spec: Any, where: str = "architecture", custom_objects: Optional[Dict[str, Any]] = None,
+            safe_mode: bool = True) -> torch.nn.Module:
+    """A fresh module (new weights) from `describe`'s output.
+
+    Only ``torch.nn`` classes and ``torch.nn.Module`` subclasses resolved by
+    `distrib.training.registry.resolve_module_class` are created.
 
     Raises:
         SerializationError: the description names an unknown class or is malformed.
     """
-    return _rebuild(spec, where, 0)
+    return _rebuild(spec, where, 0, custom_objects, safe_mode)
 
 
-def _rebuild(spec: Any, where: str, depth: int) -> torch.nn.Module:
+def _rebuild(spec: Any, where: str, depth: int, custom_objects: Optional[Dict[str, Any]] = None,
+             safe_mode: bool = True) -> torch.nn.Module:
     if depth > _MAX_DEPTH or not isinstance(spec, dict):
         raise SerializationError(f"{where}: malformed saved architecture (expected an object, nested at most "
                                  f"{_MAX_DEPTH} deep)")
+    if "custom" in spec:
+        from distrib.training.registry import build_module, resolve_module_class
+
+        cls = resolve_module_class(spec["custom"], custom_objects, safe_mode, where)
+        return build_module(cls, spec.get("config"), where)
     name = spec.get("class")
     cls = _standard_class(name)
     if cls is None:
@@ -144,7 +187,8 @@ def _rebuild(spec: Any, where: str, depth: int) -> torch.nn.Module:
         if not isinstance(children, list) or not all(
                 isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) for c in children):
             raise SerializationError(f"{where}: malformed children of {name}")
-        built = [(key, _rebuild(child, f"{where}.{key}", depth + 1)) for key, child in children]
+        built = [(key, _rebuild(child, f"{where}.{key}", depth + 1, custom_objects, safe_mode))
+                 for key, child in children]
         if name == "ModuleList":
             return torch.nn.ModuleList([m for _, m in built])
         if name == "ModuleDict":

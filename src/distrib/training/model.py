@@ -348,27 +348,40 @@ class Model:
                  f"Non-trainable params: {self.count_params() - trainable:,}")
 
     # --------------------------------------------------------------- saving
-    def save(self, filepath: str, overwrite: bool = True) -> None:
-        """Save to directory ``filepath`` (every worker calls it; only the chief's copy lands there)."""
+    def save(self, filepath: str, overwrite: bool = True, options: Any = None, include_optimizer: bool = True,
+             save_format: Optional[str] = None, signatures: Any = None) -> None:
+        """Save to directory ``filepath`` (every worker calls it; only the chief's copy lands there).
+
+        A Keras model saved to a path ending in ``.keras`` is written by Keras itself.
+        ``options`` (a `distrib.saved_model.SaveOptions`), ``save_format`` and
+        ``signatures`` are accepted for TF compatibility (see `distrib.saved_model.options`).
+        """
+        from distrib.saved_model.options import check_save_options
         from distrib.training.saving import save_model
 
-        save_model(self, filepath, overwrite=overwrite)
+        check_save_options(options, "model.save")
+        save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
 
     def builder_callable(self) -> Any:
         """The function `load_model` would call to rebuild the module."""
         return import_by_path(self.builder, "builder") if self.builder else None
 
     # ------------------------------------------ weights and export (thin: see training/weights.py, export)
-    def save_weights(self, filepath: str, overwrite: bool = True) -> None:
+    def save_weights(self, filepath: str, overwrite: bool = True, save_format: Optional[str] = None,
+                     options: Any = None) -> None:
         """Save the module's weights as safetensors (every worker calls it; the chief writes)."""
+        from distrib.saved_model.options import check_save_options
         from distrib.training.weights import save_weights
 
+        check_save_options(options, "save_weights")
         save_weights(self, filepath, overwrite=overwrite)
 
-    def load_weights(self, filepath: Optional[str]) -> None:
+    def load_weights(self, filepath: Optional[str], options: Any = None) -> None:
         """Load weights written by `save_weights` (or a ``.safetensors`` file); keys and shapes must match."""
+        from distrib.saved_model.options import check_load_options
         from distrib.training.weights import load_weights
 
+        check_load_options(options, "load_weights")
         load_weights(self, filepath)
 
     def export(self, filepath: str, input_signature: Any = None) -> None:

@@ -8,27 +8,27 @@ Layout (a verified checkpoint directory, committed atomically)::
       MANIFEST.json        sizes and sha256 of the files
       COMPLETE             marker: the save finished
 
-How the architecture is recovered: weights alone cannot rebuild a
-``torch.nn.Module``, so the save records an *importable builder*:
+How the architecture is recovered (weights alone cannot rebuild a ``torch.nn.Module``):
 
 * ``distrib.Model(module, builder="pkg.models:build_cnn", builder_kwargs={"width": 64})``
-  records that function; loading imports ``pkg.models`` and calls
-  ``build_cnn(width=64)``. The function may return a module or a
-  ``distrib.Model`` (such as the seeds' ``build_and_compile_cnn_model``).
-* Without ``builder``, a module whose class is importable (not defined in a
-  function) and constructible with no arguments is recorded by its class.
-* Without ``builder``, a module made only of standard ``torch.nn`` layers
-  (``Sequential``/``ModuleList``/``ModuleDict`` of ``Linear``, ``Conv2d``,
-  ``ReLU``, ...) is recorded as a JSON description of the layer tree with
-  each layer's constructor arguments (`distrib.training.architecture`);
-  loading creates only ``torch.nn`` classes from it.
-* Otherwise the save still writes the weights, warns, and
-  ``load_model(path, builder=...)`` must be told how to build the module.
+  records that builder; loading calls ``build_cnn(width=64)`` if the loading
+  program allows it (a registered function, ``custom_objects``, or a module
+  class: see `distrib.training.registry` for the trust model). It may return
+  a module or a ``distrib.Model``.
+* A Keras 3 model is recorded with Keras's own serialisation and its
+  variables by position (`distrib.training.keras_io`), so it loads back even
+  after other Keras models were built; a path ending in ``.keras`` is written
+  by Keras itself.
+* Otherwise the module tree is described as JSON (`distrib.training.architecture`):
+  standard ``torch.nn`` layers by their arguments; the user's own module
+  classes by their registered name (`distrib.saving.register_serializable`),
+  import path, or ``__main__`` name, and their ``get_config()``.
+* A module that cannot be described (a class defined inside a function)
+  still has its weights saved, with a warning; ``load_model(path, builder=...)``
+  must be told how to build it.
 
-Loading imports only that recorded function or class (and, for the compile
-configuration, distrib's own loss/metric/optimizer classes or importable
-functions); it never unpickles anything, and refuses files that are not
-safetensors.
+Nothing is unpickled, and only ``torch.nn.Module`` subclasses (or builders the
+loading program registered or passed) are ever constructed from a file's names.
 
 Multi-worker: every worker calls ``save`` (as in the seeds); the chief writes
 ``path``, the other workers write the same bytes to private temporary
@@ -44,16 +44,19 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import warnings
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.format import dumps_state, loads_state
-from distrib.training.architecture import describe, rebuild
-from distrib.training.serialization import SerializationError, from_spec, import_by_path, importable_path
 from distrib.checkpoint.chief_directory import write_directory
+from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.training import keras_io
+from distrib.training.architecture import describe, rebuild
+from distrib.training.registry import resolve_builder
+from distrib.training.serialization import SerializationError, from_spec, import_by_path, importable_path
 
 __all__ = ["save_model", "load_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 
@@ -64,11 +67,12 @@ STATE_NAME = "state.safetensors"
 
 
 def _infer_builder(module: torch.nn.Module) -> Optional[str]:
+    """An importable module class constructible without arguments (recorded as the builder)."""
     cls = type(module)
-    if cls.__module__.startswith("torch."):
+    if cls.__module__.startswith("torch.") or keras_io.is_keras_model(module):
         return None
     path = importable_path(cls)
-    if path is None:
+    if path is None or callable(getattr(module, "get_config", None)):
         return None
     try:
         params = inspect.signature(cls).parameters.values()
@@ -83,13 +87,21 @@ def model_config(model: Any) -> Dict[str, Any]:
     """The JSON description of ``model`` written to ``model.json``."""
     import distrib
 
-    builder = model.builder or _infer_builder(model.module)
-    architecture = describe(model.module) if builder is None else None
-    if builder is None and architecture is None:
+    module = model.module
+    keras = keras_io.is_keras_model(module)
+    builder = model.builder or _infer_builder(module)
+    keras_arch = keras_io.keras_config(module) if keras and builder is None else None
+    architecture = describe(module) if builder is None and not keras else None
+    if builder is None and architecture is None and keras_arch is None:
         warnings.warn(
-            f"saving {model.name}: no importable builder is known, so load_model will need "
-            f"load_model(path, builder=...); pass distrib.Model(module, builder='pkg.module:function') "
-            "to record one", stacklevel=4)
+            f"saving {model.name}: its {'Keras model cannot be serialised by Keras (get_config)' if keras else 'architecture cannot be described'}"
+            f", so there is no importable builder: load_model will need load_model(path, builder=...); "
+            f"register the module class (distrib.saving.register_serializable) or pass "
+            f"distrib.Model(module, builder='pkg.module:function')", stacklevel=4)
+    elif architecture is not None and "<locals>" in json.dumps(architecture):
+        warnings.warn(f"saving {model.name}: a module class is defined inside a function, so load_model will need "
+                      "custom_objects={'ClassName': ClassName} (or builder=); define it at module level or register "
+                      "it (distrib.saving.register_serializable)", stacklevel=4)
     elif builder is not None and builder.startswith("__main__:"):
         warnings.warn(f"saving {model.name}: builder {builder!r} is defined in the script being run, so only "
                       "that script can load this model; move it to an importable module", stacklevel=4)
@@ -102,19 +114,40 @@ def model_config(model: Any) -> Dict[str, Any]:
         "builder": builder,
         "builder_kwargs": model.builder_kwargs,
         "architecture": architecture,
-        "module_class": importable_path(type(model.module)) or type(model.module).__qualname__,
+        "keras": keras_arch,
+        "module_class": importable_path(type(module)) or type(module).__qualname__,
         "compile": model.get_compile_config(),
         "global_step": int(model.train_loop_state.global_step),
     }
 
 
-def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True) -> None:
+def module_weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """What is saved of a module: its state_dict, or a Keras model's variables by position."""
+    if keras_io.is_keras_model(module):
+        return keras_io.keras_weights(module)
+    return module.state_dict()
+
+
+def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, include_optimizer: bool = True) -> None:
     """Implementation of `Model.save` (see the module docstring)."""
     filepath = str(filepath)
     strategy = model.distribute_strategy
+    if filepath.endswith(".keras"):
+        if not keras_io.is_keras_model(model.module):
+            raise SerializationError(f"model.save({filepath}): a .keras file holds a Keras model; this model's "
+                                     f"module is a {type(model.module).__name__}: save to a directory instead")
+        if not overwrite:
+            taken = bool(strategy.is_chief) and storage.exists(filepath)
+            if strategy.num_replicas_in_sync > 1:
+                taken = strategy.collective.agree_any(taken)  # the chief's answer, for every worker
+            if taken:
+                raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
+        keras_io.save_keras_file(model.module, filepath, strategy)
+        return
     config = model_config(model)  # raises (on every worker alike) if the compile config cannot be saved
-    state = {"module": model.module.state_dict(),
-             "optimizer": None if model.torch_optimizer is None else model.torch_optimizer.state_dict()}
+    optimizer = model.torch_optimizer if include_optimizer else None
+    state = {"module": module_weights(model.module),
+             "optimizer": None if optimizer is None else optimizer.state_dict()}
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
     state_bytes = dumps_state(state)
     write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: state_bytes},
@@ -122,53 +155,64 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True) ->
 
 
 def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[..., Any]] = None,
-               compile: bool = True, custom_objects: Optional[Dict[str, Any]] = None) -> Any:
+               compile: bool = True, custom_objects: Optional[Dict[str, Any]] = None,
+               safe_mode: bool = True, options: Any = None) -> Any:
     """Rebuild, restore and (by default) compile a model written by `Model.save`.
 
     Call it inside a strategy's scope to place the model under that strategy
     (every worker loads the chief's copy).
 
     Args:
-        filepath: the directory given to ``save``.
+        filepath: the directory given to ``save`` (or a ``.keras`` file, read by Keras).
         builder: overrides the recorded builder: an import path or a callable
             returning the module (or a ``distrib.Model``); it gets the recorded
-            ``builder_kwargs``.
+            ``builder_kwargs``. The caller's own argument, so it is trusted.
         compile: compile with the saved configuration and restore the
             optimizer state (default); False gives an uncompiled model.
-        custom_objects: ``{name: object}`` replacing names and import paths
-            in the saved compile configuration.
+        custom_objects: ``{name: object}`` for module classes, builders and
+            compile objects the file names (by registered name, import path
+            or class name).
+        safe_mode: True (default): import a module named by the file only if
+            its package is already imported (see `distrib.training.registry`);
+            also Keras's safe mode for Keras models.
+        options: a `distrib.saved_model.LoadOptions` (accepted; see its docs).
 
     Raises:
         distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged save.
         distrib.checkpoint.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
-        distrib.training.serialization.SerializationError: the builder cannot be found.
+        distrib.training.serialization.SerializationError: the module cannot be rebuilt (one line
+            naming the class or builder).
     """
+    from distrib.saved_model.options import check_load_options
     from distrib.training.model import Model
 
+    options = check_load_options(options)
     filepath = str(filepath)
+    if filepath.endswith(".keras") and os.path.isfile(filepath):
+        return Model(keras_io.load_keras_file(filepath, custom_objects, safe_mode))
     manifest = storage.read_manifest(filepath)
     try:
         config = json.loads(storage.read_verified(filepath, CONFIG_NAME, manifest).decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SerializationError(f"{filepath}/{CONFIG_NAME} is not valid JSON ({e})") from e
-    if config.get("format") != FORMAT:
-        raise SerializationError(f"{filepath} is not a saved distrib model (format {config.get('format')!r}); "
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise SerializationError(f"{filepath} is not a saved distrib model (format "
+                                 f"{config.get('format') if isinstance(config, dict) else None!r}); "
                                  "was it written by model.save()?")
     state = loads_state(storage.read_verified(filepath, STATE_NAME, manifest), name=f"{filepath}/{STATE_NAME}")
-    build = _builder(config, builder, filepath)
+    where = f"load_model({filepath})"
+    build = _builder(config, builder, filepath, custom_objects, safe_mode)
     built = build(**(config.get("builder_kwargs") or {}))
     module = built.module if isinstance(built, Model) else built
     if not isinstance(module, torch.nn.Module):
-        raise SerializationError(f"load_model({filepath}): the builder returned {type(built).__name__}, "
+        raise SerializationError(f"{where}: the builder returned {type(built).__name__}, "
                                  "not a torch.nn.Module or distrib.Model")
     recorded = config.get("builder")
     model = Model(module, builder=recorded if isinstance(recorded, str) and ":" in recorded else None,
                   builder_kwargs=config.get("builder_kwargs") or {}, name=config.get("name"))
-    try:
-        module.load_state_dict(state["module"])
-    except RuntimeError as e:
-        raise SerializationError(f"load_model({filepath}): the rebuilt module does not match the saved "
-                                 f"weights ({str(e).splitlines()[0]}); check the builder and its arguments") from e
+    skip = options is not None and options.experimental_skip_checkpoint
+    if not skip:
+        _restore_module(module, state["module"], where)
     if compile and config.get("compile") is not None:
         spec = config["compile"]
         args = {k: from_spec(spec.get(k), f"compile({k}=...)", custom_objects) for k in
@@ -176,21 +220,41 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
         if args["optimizer"] is None:
             args["optimizer"] = "rmsprop"
         model.compile(**args)
-        if state.get("optimizer") is not None:
+        if state.get("optimizer") is not None and not skip:
             model.torch_optimizer.load_state_dict(state["optimizer"])
     model.train_loop_state.global_step = int(config.get("global_step", 0))
     return model
 
 
-def _builder(config: Dict[str, Any], override: Any, filepath: str) -> Callable[..., Any]:
+def _restore_module(module: torch.nn.Module, weights: Dict[str, torch.Tensor], where: str) -> None:
+    if keras_io.is_keras_model(module) and keras_io.is_keras_state(weights):
+        try:
+            keras_io.assign_keras_weights(module, weights, where)
+        except ValueError as e:
+            raise SerializationError(f"{str(e).splitlines()[0]}; check the builder and its arguments") from None
+        return
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError as e:
+        raise SerializationError(f"{where}: the rebuilt module does not match the saved "
+                                 f"weights ({str(e).splitlines()[0]}); check the builder and its arguments") from e
+
+
+def _builder(config: Dict[str, Any], override: Any, filepath: str, custom_objects: Optional[Dict[str, Any]],
+             safe_mode: bool) -> Callable[..., Any]:
+    where = f"load_model({filepath})"
     if callable(override):
         return override
-    path = override if override is not None else config.get("builder")
+    if override is not None:  # the caller's own import path: trusted like any import it writes
+        return import_by_path(override, "builder")
+    path = config.get("builder")
+    if path is None and config.get("keras") is not None:
+        return lambda **_: keras_io.keras_from_config(config["keras"], custom_objects, safe_mode, where)
     if path is None and config.get("architecture") is not None:
-        return lambda **_: rebuild(config["architecture"], f"{filepath}/{CONFIG_NAME}")
+        return lambda **_: rebuild(config["architecture"], f"{filepath}/{CONFIG_NAME}", custom_objects, safe_mode)
     if path is None:
         raise SerializationError(
-            f"load_model({filepath}): the save records no builder for module class "
-            f"{config.get('module_class')!r} (only modules made of standard torch.nn layers are rebuilt "
+            f"{where}: the save records no builder for module class {config.get('module_class')!r} (only "
+            "modules made of standard torch.nn layers and registered, importable or __main__ classes are rebuilt "
             "without one); pass load_model(path, builder='pkg.module:function')")
-    return import_by_path(path, "builder")
+    return resolve_builder(path, custom_objects, safe_mode, where)

@@ -137,18 +137,60 @@ def from_spec(spec: Any, what: str = "compile argument",
     if "number" in spec:
         return spec["number"]
     if "function" in spec:
-        return custom_objects.get(spec["function"]) or import_by_path(spec["function"], what)
+        return _trusted_function(spec["function"], custom_objects, what)
     if "torch_optimizer" in spec:
         return _torch_optimizer_factory(spec["torch_optimizer"], spec.get("defaults") or {})
     if "class" in spec or "custom_class" in spec:
         path = spec.get("class") or spec["custom_class"]
         if "class" in spec and not path.startswith(_ALLOWED_CLASS_PREFIXES):
             raise SerializationError(f"saved {what} names class {path!r} outside distrib; refusing to build it")
-        cls = custom_objects.get(path) or import_by_path(path if ":" in path else _colon(path), what)
+        cls = _trusted_class(path if ":" in path else _colon(path), custom_objects, what)
         config = spec.get("config") or {}
+        if not isinstance(config, dict):
+            raise SerializationError(f"saved {what} config of {path!r} must be an object")
         from_config = getattr(cls, "from_config", None)
         return from_config(config) if callable(from_config) else cls(**config)
     raise SerializationError(f"saved {what} spec has unknown keys {sorted(spec)}")
+
+
+_TRUSTED_FUNCTION_MODULES = ("distrib.", "torch.nn.functional")
+_TRUSTED_BASES = (("distrib.losses.base", "Loss"), ("distrib.metrics.base", "Metric"),
+                  ("distrib.optimizers.base", "Optimizer"), ("distrib.optimizers.schedules", "LearningRateSchedule"),
+                  ("torch.optim", "Optimizer"), ("torch.nn", "Module"))
+
+
+def _trusted_function(path: str, custom_objects: Dict[str, Any], what: str) -> Any:
+    """A function named by a saved compile config: given, registered, or one of distrib's / torch's."""
+    from distrib.training.registry import _find, _is_registered
+
+    if custom_objects.get(path) is not None:
+        return custom_objects[path]
+    found = _find(path if ":" in path else _colon(path), custom_objects, True, what, "load_model")
+    module = getattr(found, "__module__", "") or ""
+    if callable(found) and (_is_registered(found) or found in custom_objects.values()
+                            or module.startswith(_TRUSTED_FUNCTION_MODULES)):
+        return found
+    raise SerializationError(f"saved {what} names function {path!r}, which is neither distrib's nor registered; "
+                             "refusing to call it (register it with @distrib.saving.register_serializable or pass "
+                             f"custom_objects={{{path!r}: fn}})")
+
+
+def _trusted_class(path: str, custom_objects: Dict[str, Any], what: str) -> type:
+    """A loss / metric / optimizer / schedule / module class named by a saved compile config."""
+    from distrib.training.registry import _find, _is_registered
+
+    found = _find(path, custom_objects, True, what, "load_model")
+    bases = []
+    for module_name, name in _TRUSTED_BASES:
+        try:
+            bases.append(getattr(importlib.import_module(module_name), name))
+        except (ImportError, AttributeError):
+            continue
+    if inspect.isclass(found) and (_is_registered(found) or found in custom_objects.values()
+                                   or issubclass(found, tuple(bases))):
+        return found
+    raise SerializationError(f"saved {what} names {path!r}, which is not a loss, metric, optimizer, schedule or "
+                             "module class; refusing to build it (register it or pass custom_objects)")
 
 
 def _colon(dotted: str) -> str:

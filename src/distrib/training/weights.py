@@ -11,7 +11,8 @@ atomically, checksummed, the chief's copy only)::
 so `distrib.train.latest_checkpoint(dir)` finds the newest complete one
 (``ckpt_3`` or ``ckpt-3``). ``load_weights`` reads such a directory or a
 plain ``.safetensors`` file (e.g. one written by ``safetensors.torch.save_file``).
-The keys are the module's ``state_dict`` keys, which do not depend on the
+The keys are the module's ``state_dict`` keys (a Keras model's variables by
+position, see `distrib.training.keras_io`), which do not depend on the
 strategy or the number of replicas, so weights saved by 2 workers load into
 the same architecture under one process or any other strategy.
 
@@ -47,6 +48,10 @@ class WeightsMismatchError(DistribError, ValueError):
 
 
 def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    from distrib.training.keras_io import is_keras_model, keras_weights
+
+    if is_keras_model(module):  # by position: Keras's state_dict keys depend on what was built before
+        return keras_weights(module)
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
 
 
@@ -103,6 +108,11 @@ def load_weights(model: Any, filepath: Union[str, Any]) -> None:
             "that ModelCheckpoint / save_weights wrote")
     filepath = str(filepath).rstrip("/")
     state = read_weights(filepath)
+    from distrib.training.keras_io import assign_keras_weights, is_keras_model, is_keras_state
+
+    if is_keras_model(model.module) and is_keras_state(state):
+        assign_keras_weights(model.module, state, f"load_weights({filepath})")
+        return
     check_weights(model.module, state, filepath)
     with torch.no_grad():
         model.module.load_state_dict(state, strict=True)
