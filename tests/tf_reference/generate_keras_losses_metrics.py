@@ -148,7 +148,7 @@ METRIC_CASES = [
     ("Hinge", {}, ["bin_r2", "pm1_r2"], True),
     ("SquaredHinge", {}, ["bin_r2", "pm1_r2"], True),
     ("CategoricalHinge", {}, ["onehot_r2", "onehot_r3"], True),
-    ("BinaryCrossentropy", {}, ["bin_r2", "bin_r3", "bin_expand"], True),
+    ("BinaryCrossentropy", {}, ["bin_r2", "bin_r3"], True),
     ("BinaryCrossentropy", {"from_logits": True, "label_smoothing": 0.1}, ["binlogit_r2", "binlogit_r3"], True),
     ("CategoricalCrossentropy", {}, ["onehot_r2", "onehot_r3"], True),
     ("CategoricalCrossentropy", {"from_logits": True, "label_smoothing": 0.2}, ["onehotlogit_r2"], True),
