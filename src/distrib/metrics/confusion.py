@@ -30,7 +30,8 @@ from distrib.losses.base import as_tensor_pair
 from distrib.losses.reduction import match_ranks
 from distrib.metrics.base import Metric
 
-__all__ = ["Precision", "Recall", "confusion_counts"]
+__all__ = ["Precision", "Recall", "TruePositives", "TrueNegatives", "FalsePositives", "FalseNegatives",
+           "confusion_counts"]
 
 NEG_INF = -1e10
 
@@ -47,7 +48,7 @@ def _thresholds(thresholds: Union[None, float, Sequence[float]], top_k: Optional
 def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: Optional[int],
                      class_id: Optional[int], sample_weight: Optional[Any],
                      who: str) -> Dict[str, torch.Tensor]:
-    """Weighted ``tp``, ``fp``, ``fn`` per threshold (float64), Keras's update rule."""
+    """Weighted ``tp``, ``fp``, ``fn``, ``tn`` per threshold (float64), Keras's update rule."""
     true, pred = as_tensor_pair(y_true, y_pred)
     true, pred = match_ranks(true, pred)
     if tuple(true.shape) != tuple(pred.shape):
@@ -81,7 +82,7 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
     w = torch.ones_like(pred) if weight is None else weight.reshape(-1)
     above = pred[None, :] > thresholds.to(pred.device)[:, None]
     return {"tp": ((above & positive) * w).sum(1), "fp": ((above & ~positive) * w).sum(1),
-            "fn": ((~above & positive) * w).sum(1)}
+            "fn": ((~above & positive) * w).sum(1), "tn": ((~above & ~positive) * w).sum(1)}
 
 
 class _Confusion(Metric):
@@ -139,3 +140,58 @@ class Recall(_Confusion):
                  class_id: Optional[int] = None, name: Optional[str] = "recall",
                  dtype: Optional[torch.dtype] = None) -> None:
         super().__init__(thresholds, top_k, class_id, name, dtype)
+
+
+class _Count(Metric):
+    """The weighted count of one confusion-matrix cell per threshold (Keras's ``TruePositives`` ...)."""
+
+    _key = ""
+
+    def __init__(self, thresholds: Union[None, float, Sequence[float]] = None, name: Optional[str] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__(name, dtype)
+        self.init_thresholds = thresholds
+        self.thresholds = _thresholds(thresholds, None, type(self).__name__)
+        self._threshold_tensor = torch.tensor(self.thresholds, dtype=torch.float64)
+        self.add_state("accumulator", (len(self.thresholds),))
+
+    def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
+        counts = confusion_counts(y_true, y_pred, self._threshold_tensor, None, None, sample_weight,
+                                  type(self).__name__)
+        self._align_device(counts[self._key])
+        self.accumulator.add_(counts[self._key].to(self.accumulator.dtype))
+
+    def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
+        value = states["accumulator"]
+        return value[0] if len(self.thresholds) == 1 else value.clone()
+
+    def get_config(self) -> Dict[str, Any]:
+        return {**super().get_config(), "thresholds": self.init_thresholds}
+
+
+class TruePositives(_Count):
+    """Keras's ``TruePositives``: weighted count of positives predicted above each threshold."""
+
+    _key = "tp"
+    direction = "up"
+
+
+class TrueNegatives(_Count):
+    """Keras's ``TrueNegatives``: weighted count of negatives predicted at or below each threshold."""
+
+    _key = "tn"
+    direction = "up"
+
+
+class FalsePositives(_Count):
+    """Keras's ``FalsePositives``: weighted count of negatives predicted above each threshold."""
+
+    _key = "fp"
+    direction = "down"
+
+
+class FalseNegatives(_Count):
+    """Keras's ``FalseNegatives``: weighted count of positives predicted at or below each threshold."""
+
+    _key = "fn"
+    direction = "down"
