@@ -39,6 +39,7 @@ from distrib.metrics.registry import deserialize, get, resolve_accuracy, seriali
 from distrib.metrics.regression import (CosineSimilarity, LogCoshError, MeanAbsoluteError,
                                         MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError,
                                         RootMeanSquaredError)
+from distrib.metrics.torchmetrics_adapter import TorchMetric
 from distrib.metrics.top_k import (SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy,
                                    sparse_top_k_categorical_accuracy, top_k_categorical_accuracy)
 
@@ -66,6 +67,7 @@ __all__ = [
     "FalsePositives", "FalseNegatives", "PrecisionAtRecall", "RecallAtPrecision", "SensitivityAtSpecificity",
     "SpecificityAtSensitivity", "F1Score", "FBetaScore", "IoU", "MeanIoU", "BinaryIoU", "OneHotIoU",
     "OneHotMeanIoU",
+    "TorchMetric",
     "accuracy",
     "binary_accuracy",
     "categorical_accuracy",

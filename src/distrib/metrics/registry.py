@@ -46,6 +46,7 @@ from distrib.metrics.regression import (CosineSimilarity, LogCoshError, MeanAbso
                                         MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError,
                                         RootMeanSquaredError)
 from distrib.metrics.top_k import SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy
+from distrib.metrics.torchmetrics_adapter import TorchMetric, is_torchmetric
 
 __all__ = ["get", "serialize", "deserialize", "resolve_accuracy", "CLASSES", "ALIASES"]
 
@@ -155,7 +156,8 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
             ``"sparse_categorical_accuracy"``, ``"categorical_accuracy"``,
             ``"binary_accuracy"``, ``"mse"``, ``"mae"``, ``"auc"``, a
             crossentropy name...) or class name, a `Metric`, a dict from
-            `serialize`, or a callable ``fn(y_true, y_pred)`` (averaged).
+            `serialize`, a ``torchmetrics.Metric`` (wrapped in `TorchMetric`), or a
+            callable ``fn(y_true, y_pred)`` (averaged).
         loss: the compiled loss, used to resolve ``"accuracy"``.
         y_true_shape, y_pred_shape: a batch's shapes, used to resolve
             ``"accuracy"`` when the loss does not decide it.
@@ -177,6 +179,8 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
         return cls(name=identifier)
     if isinstance(identifier, dict):
         return deserialize(identifier)
+    if is_torchmetric(identifier):
+        return TorchMetric(identifier)
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(f"metric must be a Keras metric name, a distrib.metrics object or a callable, "
