@@ -84,3 +84,34 @@ def test_ps_tutorial_mse_with_rank_one_targets_is_the_expanded_keras_value():
     assert value.item() == pytest.approx(ref["expanded_mse"], rel=1e-6)
     halves = [CompiledLoss("mse", None)(y[i:i + 32], p[i:i + 32], None, global_batch_size=64) for i in (0, 32)]
     assert (halves[0] + halves[1]).item() == pytest.approx(ref["expanded_mse"], rel=1e-6)
+
+
+def _share_cases():
+    keep = []
+    for case in REFERENCE["losses"]:
+        if "error" in case or case["loss"] in ("Dice", "Tversky"):  # batch-wide ratios do not split
+            continue
+        if case["loss"] == "CosineSimilarity" and case["input"].endswith("_r1"):  # one cosine of the whole batch
+            continue
+        if case["weighted"] and (case["reduction"] == "mean_with_sample_weight" or case["input"].endswith("_r1")):
+            continue  # divisors from the weights: exact per replica only (documented in Loss.replica_share)
+        if case["config"].get("ignore_class") is not None or case["config"].get("axis") not in (None, -1):
+            continue
+        keep.append(case)
+    return keep
+
+
+@pytest.mark.parametrize("key", sorted({(c["loss"], json.dumps(c["config"])) for c in _share_cases()}),
+                         ids=lambda k: f"{k[0]}{k[1]}")
+def test_replica_shares_add_up_to_the_keras_loss_of_the_global_batch(key):
+    # Model.fit minimises Loss.replica_share on each replica; summed over two replicas of 3 examples
+    # (as the gradients are) it is Keras's compiled loss of the whole batch of 6.
+    for case in [c for c in _share_cases() if (c["loss"], json.dumps(c["config"])) == key]:
+        y_true, y_pred, sw = _tensors(case["input"])
+        sw = sw if case["weighted"] else None
+        loss = getattr(distrib.losses, case["loss"])(reduction=case["reduction"], **case["config"])
+        total = sum(loss.replica_share(y_true[i:i + 3], y_pred[i:i + 3], None if sw is None else sw[i:i + 3], 6)
+                    for i in (0, 3))
+        expected = torch.tensor(case["result"], dtype=torch.float64)
+        expected = expected.mean() if expected.dim() else expected  # Keras's compiled loss averages "none"
+        assert total.item() == pytest.approx(expected.item(), rel=2e-5, abs=2e-6), _case_id(case)

@@ -106,7 +106,10 @@ class Loss:
         divisor grows with the batch: every reduction but
         ``"mean_with_sample_weight"``, and without an ``ignore_class`` mask or
         rank-1 sample-weighted inputs (there each replica divides by its own
-        weights or valid elements).
+        weights or valid elements). Losses of the whole batch at once
+        (``Dice``/``Tversky`` with ``axis=None``, ``CosineSimilarity`` of
+        rank-1 inputs) are each replica's own value, weighted by its share of
+        the batch.
 
         Example (2 replicas of 2 examples, ``"mse"``): each returns its
         local mean / 2, and the summed gradient is the one-process gradient.
