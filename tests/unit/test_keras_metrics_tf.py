@@ -69,3 +69,15 @@ def test_new_metric_names_resolve_and_round_trip():
         assert metric.name == name
         again = distrib.metrics.deserialize(distrib.metrics.serialize(metric))
         assert type(again) is type(metric)
+
+
+def test_state_built_on_the_first_update_restores_and_merges():
+    x = _batch("bin_r2", True)
+    f1 = distrib.metrics.F1Score(average="macro", threshold=0.5)
+    f1.update_state(*x)
+    fresh = distrib.metrics.F1Score(average="macro", threshold=0.5)
+    assert fresh.result().item() == 0.0 and fresh.state_tensors() == {}
+    fresh.load_state_dict(f1.state_dict())     # a resumed run restores before its first batch
+    fresh.update_state(*x)
+    f1.update_state(*x)
+    assert fresh.result().item() == pytest.approx(f1.result().item())

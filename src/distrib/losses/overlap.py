@@ -5,7 +5,7 @@ one number; with ``axis=[1, 2]`` (say) one per example.
 
 Example:
     >>> dice(torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0]]))
-    tensor(1.1921e-07)
+    tensor(0.)
 """
 from __future__ import annotations
 

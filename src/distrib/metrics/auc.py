@@ -52,6 +52,7 @@ class AUC(Metric):
     """
 
     direction = "up"
+    builds_state_on_first_update = True
 
     def __init__(self, num_thresholds: int = 200, curve: str = "ROC", summation_method: str = "interpolation",
                  name: Optional[str] = None, dtype: Optional[torch.dtype] = None,
@@ -81,7 +82,6 @@ class AUC(Metric):
             raise ValueError("AUC: num_labels is only for multi_label=True")
         self.num_labels = None if num_labels is None else int(num_labels)
         self.label_weights = None if label_weights is None else [float(w) for w in label_weights]
-        self._built = False
         if not self.multi_label:
             self._build(())
         elif self.num_labels is not None:
@@ -90,7 +90,6 @@ class AUC(Metric):
     def _build(self, label_shape: tuple) -> None:
         for state in ("true_positives", "false_positives", "true_negatives", "false_negatives"):
             self.add_state(state, (self.num_thresholds,) + label_shape)
-        self._built = True
 
     @property
     def thresholds(self) -> List[float]:
@@ -100,7 +99,7 @@ class AUC(Metric):
         pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
         if self.from_logits:
             pred = torch.sigmoid(pred)
-        if not self._built:
+        if "true_positives" not in self._state_names:
             if pred.dim() != 2:
                 raise ValueError(f"AUC(multi_label=True) needs predictions of shape (batch, labels), "
                                  f"got {tuple(pred.shape)}")
@@ -115,7 +114,7 @@ class AUC(Metric):
         self.true_negatives.add_(counts["tn"])
 
     def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
-        if not self._built:
+        if "true_positives" not in states:
             return torch.zeros((), dtype=torch.float64)
         tp, fp = states["true_positives"], states["false_positives"]
         tn, fn = states["true_negatives"], states["false_negatives"]

@@ -26,9 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from distrib.losses.base import as_tensor_pair
-from distrib.losses.reduction import match_ranks
 from distrib.metrics.base import Metric
+from distrib.metrics.thresholds import aligned_inputs
 
 __all__ = ["Precision", "Recall", "TruePositives", "TrueNegatives", "FalsePositives", "FalseNegatives",
            "confusion_counts"]
@@ -49,22 +48,7 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
                      class_id: Optional[int], sample_weight: Optional[Any],
                      who: str) -> Dict[str, torch.Tensor]:
     """Weighted ``tp``, ``fp``, ``fn``, ``tn`` per threshold (float64), Keras's update rule."""
-    true, pred = as_tensor_pair(y_true, y_pred)
-    true, pred = match_ranks(true, pred)
-    if tuple(true.shape) != tuple(pred.shape):
-        raise ValueError(f"{who}: labels of shape {tuple(true.shape)} do not match predictions of shape "
-                         f"{tuple(pred.shape)}; give one 0/1 label per predicted value")
-    pred = pred.to(torch.float64)
-    weight = None
-    if sample_weight is not None:
-        w = torch.as_tensor(sample_weight, device=pred.device).to(torch.float64)
-        while w.dim() < pred.dim():  # one weight per example: the same for all its classes
-            w = w.unsqueeze(-1)
-        try:
-            weight = w.broadcast_to(pred.shape)
-        except RuntimeError:
-            raise ValueError(f"{who}: sample_weight of shape {tuple(torch.as_tensor(sample_weight).shape)} does "
-                             f"not broadcast to the predictions' shape {tuple(pred.shape)}") from None
+    true, pred, weight = aligned_inputs(y_true, y_pred, sample_weight, who)
     if top_k is not None:
         if pred.dim() == 0 or int(top_k) < 1 or int(top_k) > pred.shape[-1]:
             raise ValueError(f"{who}: top_k={top_k} needs predictions with at least {top_k} classes in "
@@ -77,9 +61,9 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
             raise ValueError(f"{who}: class_id={class_id} is outside the {tuple(pred.shape)[-1:]} classes "
                              f"of the predictions")
         pred, true = pred[..., int(class_id)], true[..., int(class_id)]
-        weight = None if weight is None else weight[..., int(class_id)]
+        weight = weight[..., int(class_id)]
     pred, positive = pred.reshape(-1), true.reshape(-1) != 0
-    w = torch.ones_like(pred) if weight is None else weight.reshape(-1)
+    w = weight.reshape(-1)
     above = pred[None, :] > thresholds.to(pred.device)[:, None]
     return {"tp": ((above & positive) * w).sum(1), "fp": ((above & ~positive) * w).sum(1),
             "fn": ((~above & positive) * w).sum(1), "tn": ((~above & ~positive) * w).sum(1)}

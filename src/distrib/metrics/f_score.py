@@ -40,6 +40,7 @@ class FBetaScore(Metric):
     """
 
     direction = "up"
+    builds_state_on_first_update = True
 
     def __init__(self, average: Optional[str] = None, beta: float = 1.0, threshold: Optional[float] = None,
                  name: str = "fbeta_score", dtype: Optional[torch.dtype] = None) -> None:
@@ -53,20 +54,18 @@ class FBetaScore(Metric):
             raise ValueError(f"{type(self).__name__}: threshold must satisfy 0 < threshold <= 1, got {threshold}")
         self.average, self.beta = average, float(beta)
         self.threshold = None if threshold is None else float(threshold)
-        self._built = False
 
     def _build(self, num_classes: int) -> None:
         shape = () if self.average == "micro" else (num_classes,)
         for state in ("true_positives", "false_positives", "false_negatives", "intermediate_weights"):
             self.add_state(state, shape)
-        self._built = True
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
         true, pred = as_tensor_pair(y_true, y_pred)
         if pred.dim() != 2 or tuple(true.shape) != tuple(pred.shape):
             raise ValueError(f"{type(self).__name__}: expects labels and predictions of shape (batch, classes), got "
                              f"{tuple(true.shape)} and {tuple(pred.shape)}")
-        if not self._built:
+        if "true_positives" not in self._state_names:
             self._build(int(pred.shape[1]))
         if self.threshold is None:
             hit = (pred >= pred.amax(dim=-1, keepdim=True)) & (pred.abs() > 1e-9)
@@ -87,7 +86,7 @@ class FBetaScore(Metric):
         self.intermediate_weights.add_(total(t))
 
     def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
-        if not self._built:
+        if "true_positives" not in states:
             return torch.zeros((), dtype=torch.float64)
         tp, fp, fn = states["true_positives"], states["false_positives"], states["false_negatives"]
         precision = tp / (tp + fp + _EPSILON)

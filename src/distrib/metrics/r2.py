@@ -35,6 +35,7 @@ class R2Score(Metric):
     """
 
     direction = "up"
+    builds_state_on_first_update = True
 
     def __init__(self, class_aggregation: Optional[str] = "uniform_average", num_regressors: int = 0,
                  name: str = "r2_score", dtype: Optional[torch.dtype] = None) -> None:
@@ -46,18 +47,16 @@ class R2Score(Metric):
             raise ValueError(f"R2Score: num_regressors must be >= 0, got {num_regressors}")
         self.class_aggregation, self.num_regressors = class_aggregation, int(num_regressors)
         self.add_state("num_samples")
-        self._built = False
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
         true, pred = match_ranks(*as_tensor_pair(y_true, y_pred))
         if pred.dim() != 2 or true.dim() != 2:
             raise ValueError(f"R2Score expects inputs of shape (batch_size, output_dim), got y_true "
                              f"{tuple(true.shape)} and y_pred {tuple(pred.shape)}")
-        if not self._built:
+        if "sum" not in self._state_names:
             for state in ("squared_sum", "sum", "total_mse", "count"):
                 self.add_state(state, (int(pred.shape[-1]),))
-            self._built = True
-        true, pred = true.to(torch.float64), pred.to(torch.float64)
+            true, pred = true.to(torch.float64), pred.to(torch.float64)
         w = torch.ones((), dtype=torch.float64) if sample_weight is None else torch.as_tensor(
             sample_weight).to(torch.float64)
         if w.dim() == 1:
@@ -71,7 +70,7 @@ class R2Score(Metric):
         self.num_samples.add_(true.numel())
 
     def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
-        if not self._built:
+        if "sum" not in states:
             return torch.zeros((), dtype=torch.float64)
         mean = states["sum"] / states["count"]
         total = states["squared_sum"] - states["sum"] * mean

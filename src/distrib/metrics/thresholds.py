@@ -19,7 +19,7 @@ import torch
 from distrib.losses.base import as_tensor_pair
 from distrib.losses.reduction import match_ranks
 
-__all__ = ["threshold_counts", "divide_no_nan"]
+__all__ = ["threshold_counts", "divide_no_nan", "aligned_inputs"]
 
 
 def divide_no_nan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -41,16 +41,21 @@ def _weights(sample_weight: Any, pred: torch.Tensor, who: str) -> torch.Tensor:
                          f"predictions' shape {tuple(pred.shape)}") from None
 
 
-def threshold_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, sample_weight: Optional[Any], who: str,
-                     class_id: Optional[int] = None, multi_label: bool = False) -> Dict[str, torch.Tensor]:
-    """Weighted ``tp``, ``fp``, ``tn``, ``fn`` (float64) at each of the sorted ``thresholds``."""
+def aligned_inputs(y_true: Any, y_pred: Any, sample_weight: Optional[Any], who: str) -> tuple:
+    """Labels, float64 predictions of the same shape, and float64 weights broadcast to them (ones if None)."""
     true, pred = as_tensor_pair(y_true, y_pred)
     true, pred = match_ranks(true, pred)
     if tuple(true.shape) != tuple(pred.shape):
         raise ValueError(f"{who}: labels of shape {tuple(true.shape)} do not match predictions of shape "
                          f"{tuple(pred.shape)}; give one 0/1 label per predicted value")
     pred = pred.to(torch.float64)
-    weight = _weights(sample_weight, pred, who)
+    return true, pred, _weights(sample_weight, pred, who)
+
+
+def threshold_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, sample_weight: Optional[Any], who: str,
+                     class_id: Optional[int] = None, multi_label: bool = False) -> Dict[str, torch.Tensor]:
+    """Weighted ``tp``, ``fp``, ``tn``, ``fn`` (float64) at each of the sorted ``thresholds``."""
+    true, pred, weight = aligned_inputs(y_true, y_pred, sample_weight, who)
     if class_id is not None:
         if pred.dim() == 0 or not 0 <= int(class_id) < pred.shape[-1]:
             raise ValueError(f"{who}: class_id={class_id} is outside the classes of predictions shaped "
