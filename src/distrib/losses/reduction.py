@@ -61,7 +61,8 @@ def losses_scaled_by_model() -> Iterator[None]:
 
 
 def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
-    """Refuse ``AUTO``/``SUM_OVER_BATCH_SIZE`` inside `Strategy.run` (as tf.keras does).
+    """Refuse the local-mean reductions (``AUTO``, ``SUM_OVER_BATCH_SIZE``, ``MEAN``,
+    ``MEAN_WITH_SAMPLE_WEIGHT``) inside `Strategy.run` (as tf.keras 2 does).
 
     The local mean divides by the replica's batch, not the global one, so the
     summed gradients would be ``num_replicas_in_sync`` times too large.
@@ -70,7 +71,8 @@ def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
     Raises:
         LossReductionError: naming the loss and the fix.
     """
-    if reduction not in MEAN_REDUCTIONS or _MODEL_SCALING.depth:
+    if (reduction not in MEAN_REDUCTIONS and reduction is not Reduction.MEAN_WITH_SAMPLE_WEIGHT) or \
+            _MODEL_SCALING.depth:
         return
     ctx = get_replica_context()
     if ctx is None or is_default_strategy(ctx.strategy):
