@@ -115,3 +115,15 @@ def test_replica_shares_add_up_to_the_keras_loss_of_the_global_batch(key):
         expected = torch.tensor(case["result"], dtype=torch.float64)
         expected = expected.mean() if expected.dim() else expected  # Keras's compiled loss averages "none"
         assert total.item() == pytest.approx(expected.item(), rel=2e-5, abs=2e-6), _case_id(case)
+
+
+def test_model_fit_runs_the_ps_tutorial_shapes():
+    # targets (64,), outputs (64, 10), loss="mse": each output is compared with its example's target
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(64, 10, generator=g), torch.rand(64, generator=g)
+    model = distrib.Model(torch.nn.Linear(10, 10))
+    model.compile(distrib.optimizers.SGD(learning_rate=0.0), loss="mse")
+    history = model.fit(x.numpy(), y.numpy(), batch_size=64, epochs=1, verbose=0)
+    with torch.no_grad():
+        expected = ((model.module(x) - y[:, None]) ** 2).mean().item()
+    assert history.history["loss"] == pytest.approx([expected], rel=1e-5)

@@ -81,3 +81,10 @@ def test_state_built_on_the_first_update_restores_and_merges():
     fresh.update_state(*x)
     f1.update_state(*x)
     assert fresh.result().item() == pytest.approx(f1.result().item())
+
+
+@pytest.mark.parametrize("case", REFERENCE["metrics"], ids=_case_id)
+def test_every_reference_metric_round_trips_through_its_config(case):
+    metric = _build(case)
+    again = distrib.metrics.deserialize(distrib.metrics.serialize(metric))
+    assert type(again) is type(metric) and again.get_config() == metric.get_config()

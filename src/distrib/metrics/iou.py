@@ -138,6 +138,11 @@ class OneHotIoU(IoU):
                  sparse_y_pred: bool = False, axis: int = -1) -> None:
         super().__init__(num_classes, target_class_ids, name, dtype, ignore_class, False, sparse_y_pred, axis)
 
+    def get_config(self) -> Dict[str, Any]:
+        config = super().get_config()
+        config.pop("sparse_y_true")
+        return config
+
 
 class OneHotMeanIoU(MeanIoU):
     """Keras's ``OneHotMeanIoU``: `MeanIoU` of one-hot labels and class scores."""
@@ -145,3 +150,8 @@ class OneHotMeanIoU(MeanIoU):
     def __init__(self, num_classes: int, name: Optional[str] = None, dtype: Optional[torch.dtype] = None,
                  ignore_class: Optional[int] = None, sparse_y_pred: bool = False, axis: int = -1) -> None:
         super().__init__(num_classes, name, dtype, ignore_class, False, sparse_y_pred, axis)
+
+    def get_config(self) -> Dict[str, Any]:
+        config = super().get_config()
+        config.pop("sparse_y_true")
+        return config
