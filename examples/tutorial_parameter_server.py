@@ -59,9 +59,9 @@ def dataset_fn(input_context):
 
   generator = torch.Generator().manual_seed(input_context.input_pipeline_id)
   x = torch.rand((10, 10), generator=generator)
-  # The tutorial's y has shape (10,) and Keras broadcasts it against the (batch, 10) output;
-  # distrib's losses want targets shaped like the output.
-  y = torch.rand((10, 10), generator=generator)
+  # As in the tutorial, y is one number per example: Model.fit's "mse" compares it with
+  # each of the 10 outputs (targets (64,) are expanded to (64, 1), as tf.keras 2's fit did).
+  y = torch.rand((10,), generator=generator)
 
   dataset = distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(10).repeat()
   dataset = dataset.shard(

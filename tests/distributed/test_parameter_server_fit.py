@@ -7,6 +7,7 @@ test_parameter_server_faults.py.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -53,12 +54,20 @@ def _setup(resolver=None, timeout: float = 30.0):
     with strategy.scope():
         model = distrib.Model(torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.Linear(8, 1)))
         model.compile(optimizer=distrib.optimizers.SGD(learning_rate=0.02, momentum=0.5), loss="mse",
-                      metrics=["mae"])
+                      metrics=["mae", "r2_score"] + _torchmetrics_mae())
 
     def full_mse() -> float:
         with torch.no_grad():
             return ((model(x) - y) ** 2).mean().item()
     return strategy, model, dataset_fn, full_mse
+
+
+def _torchmetrics_mae() -> list:
+    try:
+        import torchmetrics
+    except ImportError:  # optional (the test extra)
+        return []
+    return [torchmetrics.MeanAbsoluteError()]
 
 
 def scenario_fit_in_process() -> None:
@@ -97,6 +106,8 @@ def scenario_fit_in_process() -> None:
     children = {name: proc.pid for name, proc in resolver.in_process_cluster.procs.items()
                 if proc.poll() is None}
     print("RESULT " + json.dumps({"loss": history.history["loss"], "mae": history.history["mae"],
+                                  "r2": history.history["r2_score"],
+                                  "tm_mae": history.history.get("mean_absolute_error"),
                                   "val_loss": history.history.get("val_loss"),
                                   "epochs": history.epoch, "children": children, "buffers": buffers,
                                   "lazy_error": lazy_error, "eval": evaluated, "final": full_mse(),
@@ -176,8 +187,11 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     assert r["epochs"] == [0, 1, 2, 3]
     assert r["loss"][-1] < r["loss"][0] / 20, r["loss"]             # learns: y is linear in x
     assert r["mae"][-1] < r["mae"][0], r["mae"]
+    assert r["r2"][0] < r["r2"][-1] and r["r2"][-1] > 0.9, r["r2"]   # R2Score builds its state on the workers
+    if importlib.util.find_spec("torchmetrics") is not None:  # torchmetrics' MAE, merged on the chief too
+        assert r["tm_mae"] == pytest.approx(r["mae"], rel=1e-5), (r["tm_mae"], r["mae"])
     assert len(r["val_loss"]) == 2 and r["val_loss"][-1] < r["loss"][0] / 20, r   # validated after epochs 2 and 4
-    assert r["eval"]["loss"] < r["loss"][0] / 20 and set(r["eval"]) == {"loss", "mae"}, r["eval"]
+    assert r["eval"]["loss"] < r["loss"][0] / 20 and set(r["eval"]) >= {"loss", "mae", "r2_score"}, r["eval"]
     assert r["final"] < r["loss"][0] / 20
     b = r["buffers"]
     assert b["mean"] > 0 and b["var"] > 0 and 1 <= b["tracked"] <= 6, b

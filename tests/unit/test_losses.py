@@ -140,8 +140,11 @@ def test_binary_ce_probabilities_hand_values():
 def test_binary_ce_averages_last_axis_and_handles_rank_one():
     y, p = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.9, 0.2]])
     assert close(losses.BinaryCrossentropy(reduction="none")(y, p), [(-math.log(0.9) - math.log(0.8)) / 2])
-    rank1 = losses.BinaryCrossentropy(reduction="none")(torch.tensor([1.0, 0.0]), torch.tensor([0.9, 0.2]))
-    assert close(rank1, [-math.log(0.9), -math.log(0.8)])
+    # Keras averages rank-1 inputs into one value, whatever the reduction; per_example keeps one per example.
+    rank1 = losses.BinaryCrossentropy(reduction="none")
+    assert close(rank1(torch.tensor([1.0, 0.0]), torch.tensor([0.9, 0.2])), (-math.log(0.9) - math.log(0.8)) / 2)
+    assert close(rank1.per_example(torch.tensor([1.0, 0.0]), torch.tensor([0.9, 0.2])),
+                 [-math.log(0.9), -math.log(0.8)])
 
 
 def test_binary_ce_logits_equal_probabilities_of_sigmoid():
@@ -217,8 +220,8 @@ def test_get_wraps_torch_loss_modules_in_keras_argument_order():
 
 
 def test_get_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError, match="unknown loss 'hinge'.*sparse_categorical_crossentropy"):
-        losses.get("hinge")
+    with pytest.raises(ValueError, match="unknown loss 'hingee'.*sparse_categorical_crossentropy"):
+        losses.get("hingee")
     with pytest.raises(TypeError):
         losses.get(3)
 

@@ -1,11 +1,13 @@
 """`Loss`: the Keras loss-object protocol, plus wrappers for plain callables and torch losses.
 
 A loss object is called Keras-style, ``loss(y_true, y_pred, sample_weight=None)``,
-and reduces as its ``reduction`` says. `Loss.per_example` always returns one
-value per example (shape ``[batch]``), weighted and averaged over any
-non-batch axes, so that ``per_example(...).mean()`` equals the
-``SUM_OVER_BATCH_SIZE`` value. `distrib.Model` uses it to divide by the
-*global* batch size itself.
+and computes what Keras 3 computes, reduction included (Keras's losses on
+rank-1 ``[B]`` inputs return one scalar for every reduction).
+`Loss.per_example` always returns one value per example (shape ``[batch]``),
+weighted and averaged over any non-batch axes, so that
+``per_example(...).mean()`` equals the ``SUM_OVER_BATCH_SIZE`` value.
+`Loss.replica_share` is what `distrib.Model` minimises on each replica: the
+replicas' shares add up to the Keras loss of the whole global batch.
 
 Example:
     >>> mse = MeanSquaredError()
@@ -20,14 +22,14 @@ Example:
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from distrib.losses.reduction import (Reduction, apply_sample_weight, check_distributed_reduction, reduce_weighted,
-                                      standardize_reduction)
+from distrib.losses.reduction import (Reduction, apply_sample_weight, check_distributed_reduction, match_ranks,
+                                      reduce_weighted, standardize_reduction)
 
-__all__ = ["Loss", "LossFunctionWrapper", "TorchLossWrapper", "as_tensor_pair"]
+__all__ = ["Loss", "LossFunctionWrapper", "TorchLossWrapper", "FunctionLoss", "as_tensor_pair"]
 
 
 def as_tensor_pair(y_true: Any, y_pred: Any) -> tuple:
@@ -45,11 +47,12 @@ class Loss:
     """Base of every distrib loss object (Keras's ``tf.keras.losses.Loss``).
 
     Subclasses implement `call`, returning unreduced losses shaped like Keras's
-    (the predictions' shape without the last axis, or one value per element
-    for rank-1 predictions).
+    (the predictions' shape without the last axis; a scalar for rank-1
+    predictions), or `call_with_mask` when some elements do not count.
 
     Args:
-        reduction: a `Reduction` (default ``AUTO``, i.e. sum over batch size).
+        reduction: a `Reduction` or Keras's string (default ``AUTO``, i.e. sum
+            over batch size); None means ``"none"``.
         name: the loss's name.
     """
 
@@ -63,19 +66,63 @@ class Loss:
         """Unreduced, unweighted losses; implemented by subclasses."""
         raise NotImplementedError(f"{type(self).__name__} must implement call(y_true, y_pred)")
 
+    def call_with_mask(self, y_true: Any, y_pred: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Unreduced losses and a bool mask of the elements that count (None: all do)."""
+        return self.call(y_true, y_pred), None
+
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> torch.Tensor:
         check_distributed_reduction(self.name, self.reduction)
-        return reduce_weighted(self.call(y_true, y_pred), sample_weight, self.reduction)
+        values, mask = self.call_with_mask(y_true, y_pred)
+        return reduce_weighted(values, sample_weight, self.reduction, mask)
 
     def per_example(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any] = None) -> torch.Tensor:
-        """One weighted loss per example, shape ``[batch]`` (mean over any further axes)."""
-        losses = apply_sample_weight(self.call(y_true, y_pred), sample_weight)
-        if losses.dim() == 0:
-            pred = torch.as_tensor(y_pred)
-            return losses.expand(pred.shape[0] if pred.dim() else 1)
+        """One weighted loss per example, shape ``[batch]`` (mean over any further axes).
+
+        For rank-1 inputs, where Keras's loss is one scalar for the batch, the
+        loss is computed on ``[B, 1]`` inputs instead: one value per example.
+        """
+        values, mask = self.call_with_mask(y_true, y_pred)
+        if values.dim() == 0:
+            true, pred = torch.as_tensor(y_true), torch.as_tensor(y_pred)
+            if true.dim() == 1 and pred.dim() == 1:
+                values, mask = self.call_with_mask(true.unsqueeze(-1), pred.unsqueeze(-1))
+            if values.dim() == 0:
+                values = values.expand(pred.shape[0] if pred.dim() else 1)
+        if mask is not None:
+            values = values * mask.to(values.dtype)
+        losses = apply_sample_weight(values, sample_weight)
         if losses.dim() > 1:
             losses = losses.flatten(1).mean(1)
         return losses
+
+    def replica_share(self, y_true: Any, y_pred: Any, sample_weight: Optional[Any],
+                      global_batch_size: int) -> torch.Tensor:
+        """This replica's share of the loss of the global batch (what `distrib.Model` minimises).
+
+        The Keras loss of the local batch, scaled by ``local batch / global
+        batch`` for the reductions that average (a ``"sum"`` of per-example
+        losses is added up as it is). Summed over replicas it is Keras's loss
+        of one process on the whole global batch whenever that loss's
+        divisor grows with the batch: every reduction but
+        ``"mean_with_sample_weight"``, and without an ``ignore_class`` mask or
+        rank-1 sample-weighted inputs (there each replica divides by its own
+        weights or valid elements). Losses of the whole batch at once
+        (``Dice``/``Tversky`` with ``axis=None``, ``CosineSimilarity`` of
+        rank-1 inputs) are each replica's own value, weighted by its share of
+        the batch.
+
+        Example (2 replicas of 2 examples, ``"mse"``): each returns its
+        local mean / 2, and the summed gradient is the one-process gradient.
+        """
+        values, mask = self.call_with_mask(y_true, y_pred)
+        loss = reduce_weighted(values, sample_weight, self.reduction, mask)
+        if loss.dim():
+            loss = loss.mean()  # Keras's compiled loss averages unreduced losses
+        if self.reduction is Reduction.SUM and values.dim():
+            return loss
+        pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
+        local = pred.shape[0] if pred.dim() else 1
+        return loss * (local / global_batch_size)
 
     def get_config(self) -> Dict[str, Any]:
         """JSON-serialisable constructor arguments."""
@@ -115,6 +162,29 @@ class LossFunctionWrapper(Loss):
         raise ValueError(
             f"loss {self.name!r} wraps the function {self.fn!r}, which cannot be saved; "
             "use a distrib.losses class or a Keras loss name to make the model savable")
+
+
+class FunctionLoss(Loss):
+    """A Keras loss class over a loss function: ``fn(y_true, y_pred, **config)``.
+
+    Like Keras's ``LossFunctionWrapper``, labels and predictions whose ranks
+    differ by a trailing axis of size 1 are first brought to the same rank.
+    Subclasses set ``fn`` and ``default_name`` and store their constructor
+    arguments in ``self.fn_config``.
+    """
+
+    fn: Callable[..., torch.Tensor]
+
+    def __init__(self, reduction: Any = Reduction.AUTO, name: Optional[str] = None, **config: Any) -> None:
+        super().__init__(reduction, name)
+        self.fn_config = config
+
+    def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
+        true, pred = match_ranks(*as_tensor_pair(y_true, y_pred))
+        return type(self).fn(true, pred, **self.fn_config)
+
+    def get_config(self) -> Dict[str, Any]:
+        return {**self.fn_config, **super().get_config()}
 
 
 class TorchLossWrapper(Loss):

@@ -35,6 +35,7 @@ __all__ = [
     "sparse_categorical_crossentropy",
     "categorical_crossentropy",
     "binary_crossentropy",
+    "elementwise_bce",
     "check_labels",
     "SparseCategoricalCrossentropy",
     "CategoricalCrossentropy",
@@ -76,18 +77,39 @@ def _sparse_labels(y_true: torch.Tensor, y_pred: torch.Tensor, who: str) -> torc
     return labels
 
 
-def _log_probs(y_pred: torch.Tensor, from_logits: bool) -> torch.Tensor:
+def _log_probs(y_pred: torch.Tensor, from_logits: bool, axis: int = -1) -> torch.Tensor:
     if from_logits:
-        return F.log_softmax(y_pred, dim=-1)
-    probs = y_pred / y_pred.sum(dim=-1, keepdim=True)
+        return F.log_softmax(y_pred, dim=axis)
+    probs = y_pred / y_pred.sum(dim=axis, keepdim=True)
     return probs.clamp(EPSILON, 1.0 - EPSILON).log()
 
 
-def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False) -> torch.Tensor:
-    """Cross-entropy between integer labels ``[...]`` and class scores ``[..., C]``; shape ``[...]``."""
+def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False,
+                                    ignore_class: Optional[int] = None) -> torch.Tensor:
+    """Cross-entropy between integer labels ``[...]`` and class scores ``[..., C]``; shape ``[...]``.
+
+    Labels equal to ``ignore_class`` give a loss of 0 (`SparseCategoricalCrossentropy`
+    also leaves them out of the mean, like Keras's mask).
+    """
+    return _sparse_with_mask(y_true, y_pred, from_logits, ignore_class)[0]
+
+
+def _sparse_with_mask(y_true: Any, y_pred: Any, from_logits: bool, ignore_class: Optional[int]) -> tuple:
     who = "sparse_categorical_crossentropy"
     true, pred = as_tensor_pair(y_true, y_pred)
     labels = _sparse_labels(true, pred, who)
+    valid: Optional[torch.Tensor] = None
+    if ignore_class is not None:
+        valid = labels != int(ignore_class)
+        labels = torch.where(valid, labels, torch.zeros_like(labels))
+        pred = torch.where(valid.unsqueeze(-1), pred, torch.zeros_like(pred))
+    losses = _gather_nll(labels, pred, from_logits, who)
+    if valid is not None:
+        losses = torch.where(valid, losses, torch.zeros_like(losses))
+    return losses, valid
+
+
+def _gather_nll(labels: torch.Tensor, pred: torch.Tensor, from_logits: bool, who: str) -> torch.Tensor:
     log_probs = _log_probs(pred, from_logits)
     try:
         return -log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
@@ -100,7 +122,7 @@ def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool 
 
 
 def categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False,
-                             label_smoothing: float = 0.0) -> torch.Tensor:
+                             label_smoothing: float = 0.0, axis: int = -1) -> torch.Tensor:
     """Cross-entropy between one-hot (or soft) labels and class scores, both ``[..., C]``; shape ``[...]``."""
     true, pred = as_tensor_pair(y_true, y_pred)
     if _shape(true) != _shape(pred):
@@ -111,17 +133,12 @@ def categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False
     true = true.to(pred.dtype)
     if label_smoothing:
         true = true * (1.0 - label_smoothing) + label_smoothing / pred.shape[-1]
-    return -(true * _log_probs(pred, from_logits)).sum(dim=-1)
+    return -(true * _log_probs(pred, from_logits, axis)).sum(dim=axis)
 
 
 def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False,
-                        label_smoothing: float = 0.0) -> torch.Tensor:
-    """Binary cross-entropy, averaged over the last axis like Keras.
-
-    For rank-1 predictions (one value per example) Keras would average the
-    whole batch into one number; distrib keeps one loss per example instead,
-    so the mean is the same and per-example losses stay available.
-    """
+                        label_smoothing: float = 0.0, axis: int = -1) -> torch.Tensor:
+    """Binary cross-entropy, averaged over ``axis`` like Keras (one value for rank-1 inputs)."""
     true, pred = as_tensor_pair(y_true, y_pred)
     true, pred = match_ranks(true, pred)
     if _shape(true) != _shape(pred):
@@ -131,12 +148,18 @@ def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False,
     true = true.to(pred.dtype)
     if label_smoothing:
         true = true * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    losses = elementwise_bce(true, pred, from_logits)
+    if not -losses.dim() <= axis < max(losses.dim(), 1):
+        raise ValueError(f"binary_crossentropy: axis={axis} is outside predictions of shape {_shape(pred)}")
+    return losses.mean(dim=axis)
+
+
+def elementwise_bce(true: torch.Tensor, pred: torch.Tensor, from_logits: bool) -> torch.Tensor:
+    """Unreduced binary cross-entropy of same-shaped float tensors (probabilities clipped to ``[eps, 1-eps]``)."""
     if from_logits:
-        losses = F.binary_cross_entropy_with_logits(pred, true, reduction="none")
-    else:
-        p = pred.clamp(EPSILON, 1.0 - EPSILON)
-        losses = -(true * p.log() + (1.0 - true) * torch.log1p(-p))
-    return losses.mean(dim=-1) if losses.dim() > 1 else losses
+        return F.binary_cross_entropy_with_logits(pred, true, reduction="none")
+    p = pred.clamp(EPSILON, 1.0 - EPSILON)
+    return -(true * p.log() + (1.0 - true) * torch.log1p(-p))
 
 
 class SparseCategoricalCrossentropy(Loss):
@@ -144,28 +167,39 @@ class SparseCategoricalCrossentropy(Loss):
 
     Args:
         from_logits: whether predictions are logits (True) or probabilities (False, Keras's default).
+        ignore_class: a label value whose elements do not count: their loss
+            is 0 and the mean reductions divide by the number of the others.
         reduction: a `Reduction`; ``Reduction.NONE`` returns per-example losses.
         name: the loss's name.
     """
 
     default_name = "sparse_categorical_crossentropy"
 
-    def __init__(self, from_logits: bool = False, reduction: Any = Reduction.AUTO,
-                 name: Optional[str] = None) -> None:
+    def __init__(self, from_logits: bool = False, ignore_class: Optional[int] = None,
+                 reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
+        if isinstance(ignore_class, (str, Reduction)):  # the old positional order (from_logits, reduction)
+            ignore_class, reduction = None, ignore_class
         super().__init__(reduction, name)
         self.from_logits = bool(from_logits)
+        self.ignore_class = None if ignore_class is None else int(ignore_class)
         self._labels_checked = False
 
     def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
+        return self.call_with_mask(y_true, y_pred)[0]
+
+    def call_with_mask(self, y_true: Any, y_pred: Any) -> tuple:
         if not self._labels_checked:
             true, pred = as_tensor_pair(y_true, y_pred)
             if pred.device.type != "cpu":
-                check_labels(_sparse_labels(true, pred, self.name), pred.shape[-1], self.name)
+                labels = _sparse_labels(true, pred, self.name)
+                if self.ignore_class is not None:
+                    labels = labels[labels != self.ignore_class]
+                check_labels(labels, pred.shape[-1], self.name)
             self._labels_checked = True
-        return sparse_categorical_crossentropy(y_true, y_pred, self.from_logits)
+        return _sparse_with_mask(y_true, y_pred, self.from_logits, self.ignore_class)
 
     def get_config(self) -> Dict[str, Any]:
-        return {"from_logits": self.from_logits, **super().get_config()}
+        return {"from_logits": self.from_logits, "ignore_class": self.ignore_class, **super().get_config()}
 
 
 class CategoricalCrossentropy(Loss):
@@ -180,17 +214,20 @@ class CategoricalCrossentropy(Loss):
 
     default_name = "categorical_crossentropy"
 
-    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0,
+    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
                  reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
+        if isinstance(axis, (str, Reduction)) or axis is None:  # the old positional order (..., reduction)
+            axis, reduction = -1, axis
         super().__init__(reduction, name)
         self.from_logits = bool(from_logits)
         self.label_smoothing = float(label_smoothing)
+        self.axis = int(axis)
 
     def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
-        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing)
+        return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
 
     def get_config(self) -> Dict[str, Any]:
-        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing,
+        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis,
                 **super().get_config()}
 
 
@@ -206,15 +243,18 @@ class BinaryCrossentropy(Loss):
 
     default_name = "binary_crossentropy"
 
-    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0,
+    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
                  reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
+        if isinstance(axis, (str, Reduction)) or axis is None:  # the old positional order (..., reduction)
+            axis, reduction = -1, axis
         super().__init__(reduction, name)
         self.from_logits = bool(from_logits)
         self.label_smoothing = float(label_smoothing)
+        self.axis = int(axis)
 
     def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
-        return binary_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing)
+        return binary_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
 
     def get_config(self) -> Dict[str, Any]:
-        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing,
+        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis,
                 **super().get_config()}

@@ -4,9 +4,12 @@ The names and values follow Keras (``tf.keras.losses.Reduction`` and Keras 3's
 strings), so ``reduction=distrib.losses.Reduction.NONE``, ``reduction="none"``
 and ``reduction=None`` all mean "give me the per-example losses".
 
-``SUM_OVER_BATCH_SIZE`` (and ``AUTO``, its alias) divides the weighted sum by
-the number of loss *elements*, not by the sum of the sample weights, exactly
-like Keras.
+``SUM_OVER_BATCH_SIZE`` (and ``MEAN`` and ``AUTO``, its aliases) divides the
+weighted sum by the number of loss *elements*, not by the sum of the sample
+weights, exactly like Keras; ``MEAN_WITH_SAMPLE_WEIGHT`` divides by the sum
+of the sample weights. A loss that is already a scalar (Keras's losses on
+rank-1 ``[B]`` inputs average the whole batch in their last-axis mean) is
+returned as it is, whatever the reduction, again like Keras.
 
 Example:
     >>> losses = torch.tensor([1.0, 2.0, 3.0, 6.0])
@@ -33,7 +36,7 @@ from distrib.errors import DistribError
 from distrib.strategies.context import get_replica_context, is_default_strategy
 
 __all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "apply_sample_weight", "match_ranks",
-           "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model"]
+           "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model", "MEAN_REDUCTIONS"]
 
 
 class LossReductionError(DistribError, ValueError):
@@ -58,7 +61,8 @@ def losses_scaled_by_model() -> Iterator[None]:
 
 
 def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
-    """Refuse ``AUTO``/``SUM_OVER_BATCH_SIZE`` inside `Strategy.run` (as tf.keras does).
+    """Refuse the local-mean reductions (``AUTO``, ``SUM_OVER_BATCH_SIZE``, ``MEAN``,
+    ``MEAN_WITH_SAMPLE_WEIGHT``) inside `Strategy.run` (as tf.keras 2 does).
 
     The local mean divides by the replica's batch, not the global one, so the
     summed gradients would be ``num_replicas_in_sync`` times too large.
@@ -67,7 +71,8 @@ def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
     Raises:
         LossReductionError: naming the loss and the fix.
     """
-    if reduction not in (Reduction.AUTO, Reduction.SUM_OVER_BATCH_SIZE) or _MODEL_SCALING.depth:
+    if (reduction not in MEAN_REDUCTIONS and reduction is not Reduction.MEAN_WITH_SAMPLE_WEIGHT) or \
+            _MODEL_SCALING.depth:
         return
     ctx = get_replica_context()
     if ctx is None or is_default_strategy(ctx.strategy):
@@ -81,11 +86,13 @@ def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:
 
 
 class Reduction(str, enum.Enum):
-    """Keras loss reductions; members compare equal to Keras 3's strings."""
+    """Keras loss reductions; members compare equal to Keras 3's strings (``None`` means ``NONE``)."""
 
     NONE = "none"
     SUM = "sum"
     SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+    MEAN = "mean"
+    MEAN_WITH_SAMPLE_WEIGHT = "mean_with_sample_weight"
     AUTO = "auto"
 
     @classmethod
@@ -97,22 +104,24 @@ class Reduction(str, enum.Enum):
         standardize_reduction(key)
 
 
+#: The reductions that divide by the number of loss elements (a local mean under a strategy).
+MEAN_REDUCTIONS = (Reduction.AUTO, Reduction.SUM_OVER_BATCH_SIZE, Reduction.MEAN)
+
+
 def standardize_reduction(reduction: Any) -> Reduction:
-    """``reduction`` as a `Reduction` member; ``None`` and ``"mean"`` are accepted like Keras 3."""
+    """``reduction`` as a `Reduction` member; ``None`` means ``NONE`` like Keras 3."""
     if reduction is None:
         return Reduction.NONE
     if isinstance(reduction, Reduction):
         return reduction
     if isinstance(reduction, str):
         key = reduction.lower()
-        if key == "mean":
-            return Reduction.SUM_OVER_BATCH_SIZE
         for member in Reduction:
             if member.value == key:
                 return member
     raise ValueError(
         f"reduction={reduction!r} is not a loss reduction; use one of "
-        f"{[m.value for m in Reduction]} or distrib.losses.Reduction.<NAME>")
+        f"{[m.value for m in Reduction]}, None, or distrib.losses.Reduction.<NAME>")
 
 
 def match_ranks(a: torch.Tensor, b: torch.Tensor) -> tuple:
@@ -135,31 +144,70 @@ def match_ranks(a: torch.Tensor, b: torch.Tensor) -> tuple:
     return a, b
 
 
+def _weights(sample_weight: Any, like: torch.Tensor) -> torch.Tensor:
+    w = torch.as_tensor(sample_weight, device=like.device)
+    return w.to(like.dtype if like.is_floating_point() else torch.float32)
+
+
 def apply_sample_weight(values: torch.Tensor, sample_weight: Optional[Any]) -> torch.Tensor:
-    """``values * sample_weight`` with Keras's rank matching and broadcasting."""
+    """``values * sample_weight`` with Keras's rank matching and broadcasting.
+
+    One weight per example (``[B]``) against losses with further axes
+    (``[B, T]``) weighs every element of the example; Keras would try to
+    broadcast ``[B]`` against the *last* axis and fail.
+    """
     if sample_weight is None:
         return values
-    w = torch.as_tensor(sample_weight, device=values.device)
-    w = w.to(values.dtype if values.is_floating_point() else torch.float32)
+    return _weighted(values, _weights(sample_weight, values))[0]
+
+
+def _weighted(values: torch.Tensor, w: torch.Tensor) -> tuple:
     v, w = match_ranks(values, w)
     if 0 < w.dim() < v.dim() and tuple(w.shape) == tuple(v.shape[:w.dim()]):
         w = w.reshape(tuple(w.shape) + (1,) * (v.dim() - w.dim()))
     try:
-        return v * w
+        return v * w, w
     except RuntimeError:
         raise ValueError(
             f"sample_weight of shape {tuple(w.shape)} does not broadcast to the losses "
             f"of shape {tuple(values.shape)}; pass one weight per example") from None
 
 
-def reduce_weighted(values: torch.Tensor, sample_weight: Optional[Any], reduction: Any) -> torch.Tensor:
-    """Weight ``values`` and reduce them as ``reduction`` says (see module docstring)."""
+def _mask_weights(mask: torch.Tensor, reduction: Reduction, dtype: torch.dtype) -> torch.Tensor:
+    fmask = mask.to(dtype)
+    if reduction in MEAN_REDUCTIONS:
+        valid = fmask.sum()
+        scale = torch.where(valid != 0, mask.numel() / torch.where(valid != 0, valid, 1.0), 0.0)
+        fmask = fmask * scale
+    return fmask
+
+
+def reduce_weighted(values: torch.Tensor, sample_weight: Optional[Any], reduction: Any,
+                    mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Weight ``values`` and reduce them as ``reduction`` says (Keras's ``reduce_weighted_values``).
+
+    ``mask`` (bool, shaped like ``values``) marks the valid elements: with a
+    mean reduction the result is the weighted sum over valid elements divided
+    by their number.
+    """
     red = standardize_reduction(reduction)
-    weighted = apply_sample_weight(values, sample_weight)
-    if red is Reduction.NONE or weighted.dim() == 0:
-        return weighted
-    total = weighted.sum()
+    w: Optional[torch.Tensor] = None
+    if mask is not None:
+        w = _mask_weights(mask, red, values.dtype)
+        if sample_weight is not None:
+            w, sw = match_ranks(w, _weights(sample_weight, values))
+            w = _weighted(w, sw)[0]
+    elif sample_weight is not None:
+        w = _weights(sample_weight, values)
+    if w is not None:
+        values, w = _weighted(values, w)
+    if red is Reduction.NONE or values.dim() == 0 or tuple(values.shape) == (0,):
+        return values
+    total = values.sum()
     if red is Reduction.SUM:
         return total
-    n = weighted.numel()
-    return total / n if n else total
+    if red is Reduction.MEAN_WITH_SAMPLE_WEIGHT and w is not None:
+        divisor = w.sum()
+    else:
+        divisor = torch.tensor(float(values.numel()), dtype=total.dtype, device=total.device)
+    return torch.where(divisor != 0, total / torch.where(divisor != 0, divisor, 1.0), 0.0)

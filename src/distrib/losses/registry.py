@@ -19,25 +19,55 @@ import torch
 
 from distrib.losses.base import Loss, LossFunctionWrapper, TorchLossWrapper
 from distrib.losses.crossentropy import BinaryCrossentropy, CategoricalCrossentropy, SparseCategoricalCrossentropy
-from distrib.losses.regression import MeanAbsoluteError, MeanSquaredError
+from distrib.losses.focal import BinaryFocalCrossentropy, CategoricalFocalCrossentropy
+from distrib.losses.overlap import Dice, Tversky
+from distrib.losses.probabilistic import CategoricalHinge, Hinge, KLDivergence, Poisson, SquaredHinge
+from distrib.losses.regression import (CosineSimilarity, Huber, LogCosh, MeanAbsoluteError,
+                                       MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError)
 
 __all__ = ["get", "serialize", "deserialize", "CLASSES", "ALIASES"]
 
 CLASSES: Dict[str, type] = {
     cls.__name__: cls
     for cls in (SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy,
-                MeanSquaredError, MeanAbsoluteError)
+                BinaryFocalCrossentropy, CategoricalFocalCrossentropy, MeanSquaredError, MeanAbsoluteError,
+                MeanAbsolutePercentageError, MeanSquaredLogarithmicError, Huber, LogCosh, CosineSimilarity,
+                KLDivergence, Poisson, Hinge, SquaredHinge, CategoricalHinge, Dice, Tversky)
 }
 
-#: Keras's string names (and short aliases) for the built-in losses.
+#: Keras's string names for the built-in losses (its function names and short aliases).
 ALIASES: Dict[str, type] = {
     "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
     "categorical_crossentropy": CategoricalCrossentropy,
     "binary_crossentropy": BinaryCrossentropy,
+    "bce": BinaryCrossentropy,
+    "BCE": BinaryCrossentropy,
+    "binary_focal_crossentropy": BinaryFocalCrossentropy,
+    "categorical_focal_crossentropy": CategoricalFocalCrossentropy,
     "mean_squared_error": MeanSquaredError,
     "mse": MeanSquaredError,
+    "MSE": MeanSquaredError,
     "mean_absolute_error": MeanAbsoluteError,
     "mae": MeanAbsoluteError,
+    "MAE": MeanAbsoluteError,
+    "mean_absolute_percentage_error": MeanAbsolutePercentageError,
+    "mape": MeanAbsolutePercentageError,
+    "MAPE": MeanAbsolutePercentageError,
+    "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
+    "msle": MeanSquaredLogarithmicError,
+    "MSLE": MeanSquaredLogarithmicError,
+    "huber": Huber,
+    "log_cosh": LogCosh,
+    "cosine_similarity": CosineSimilarity,
+    "kl_divergence": KLDivergence,
+    "kld": KLDivergence,
+    "KLD": KLDivergence,
+    "poisson": Poisson,
+    "hinge": Hinge,
+    "squared_hinge": SquaredHinge,
+    "categorical_hinge": CategoricalHinge,
+    "dice": Dice,
+    "tversky": Tversky,
 }
 
 
@@ -45,10 +75,9 @@ def get(identifier: Any) -> Optional[Loss]:
     """A loss object for ``identifier``.
 
     Args:
-        identifier: a Keras loss name (``"sparse_categorical_crossentropy"``,
-            ``"categorical_crossentropy"``, ``"binary_crossentropy"``,
-            ``"mse"``/``"mean_squared_error"``, ``"mae"``/``"mean_absolute_error"``)
-            or class name, a `Loss`, a ``torch.nn`` loss module, a dict from
+        identifier: a Keras loss name (any key of `ALIASES`:
+            ``"sparse_categorical_crossentropy"``, ``"mse"``, ``"huber"``,
+            ``"kld"``, ...) or class name (``"Huber"``), a `Loss`, a ``torch.nn`` loss module, a dict from
             `serialize`, any callable ``fn(y_true, y_pred)``, or None.
 
     Returns:

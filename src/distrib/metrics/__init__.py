@@ -24,13 +24,24 @@ from distrib.metrics.accuracy import (
     sparse_categorical_accuracy,
 )
 from distrib.metrics.aggregation import global_results
+from distrib.metrics.at_constraint import (PrecisionAtRecall, RecallAtPrecision, SensitivityAtSpecificity,
+                                           SpecificityAtSensitivity)
 from distrib.metrics.auc import AUC
 from distrib.metrics.base import Metric
-from distrib.metrics.confusion import Precision, Recall
+from distrib.metrics.confusion import FalseNegatives, FalsePositives, Precision, Recall, TrueNegatives, TruePositives
+from distrib.metrics.f_score import F1Score, FBetaScore
+from distrib.metrics.iou import BinaryIoU, IoU, MeanIoU, OneHotIoU, OneHotMeanIoU
+from distrib.metrics.probabilistic import (BinaryCrossentropy, CategoricalCrossentropy, CategoricalHinge, Hinge,
+                                           KLDivergence, Poisson, SparseCategoricalCrossentropy, SquaredHinge)
+from distrib.metrics.r2 import R2Score
 from distrib.metrics.reduction import Mean, MeanMetricWrapper, Sum
 from distrib.metrics.registry import deserialize, get, resolve_accuracy, serialize
-from distrib.metrics.regression import MeanAbsoluteError, MeanSquaredError
-from distrib.metrics.top_k import TopKCategoricalAccuracy, top_k_categorical_accuracy
+from distrib.metrics.regression import (CosineSimilarity, LogCoshError, MeanAbsoluteError,
+                                        MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError,
+                                        RootMeanSquaredError)
+from distrib.metrics.torchmetrics_adapter import TorchMetric
+from distrib.metrics.top_k import (SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy,
+                                   sparse_top_k_categorical_accuracy, top_k_categorical_accuracy)
 
 __all__ = [
     "Metric",
@@ -48,6 +59,15 @@ __all__ = [
     "Recall",
     "TopKCategoricalAccuracy",
     "top_k_categorical_accuracy",
+    "SparseTopKCategoricalAccuracy",
+    "sparse_top_k_categorical_accuracy",
+    "RootMeanSquaredError", "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError", "LogCoshError",
+    "CosineSimilarity", "R2Score", "BinaryCrossentropy", "CategoricalCrossentropy", "SparseCategoricalCrossentropy",
+    "KLDivergence", "Poisson", "Hinge", "SquaredHinge", "CategoricalHinge", "TruePositives", "TrueNegatives",
+    "FalsePositives", "FalseNegatives", "PrecisionAtRecall", "RecallAtPrecision", "SensitivityAtSpecificity",
+    "SpecificityAtSensitivity", "F1Score", "FBetaScore", "IoU", "MeanIoU", "BinaryIoU", "OneHotIoU",
+    "OneHotMeanIoU",
+    "TorchMetric",
     "accuracy",
     "binary_accuracy",
     "categorical_accuracy",

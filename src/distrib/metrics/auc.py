@@ -13,8 +13,11 @@ Example:
     >>> m.local_result()
     tensor(0.7500)
 
-Multi-label AUC (``multi_label=True``) is not supported; every prediction is
-treated as one binary decision, like Keras with ``multi_label=False``.
+With ``multi_label=True`` predictions are ``(batch, labels)``: the
+histograms are kept per label (created at the first update unless
+``num_labels`` is given) and the result is the mean of the labels' AUCs
+(weighted by ``label_weights`` when given), like Keras. Otherwise every
+prediction is one binary decision.
 """
 from __future__ import annotations
 
@@ -22,17 +25,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from distrib.losses.base import as_tensor_pair
-from distrib.losses.reduction import match_ranks
 from distrib.metrics.base import Metric
+from distrib.metrics.thresholds import divide_no_nan, threshold_counts
 
 __all__ = ["AUC"]
 
 _EPSILON = 1e-7
-
-
-def _divide_no_nan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.where(b != 0, a / torch.where(b != 0, b, 1.0), 0.0)
 
 
 class AUC(Metric):
@@ -46,14 +44,21 @@ class AUC(Metric):
         name: the metric's name.
         dtype: dtype of the result.
         thresholds: explicit thresholds in [0, 1] (the two end points are added).
+        multi_label: one AUC per label column, averaged.
+        num_labels: the number of label columns (multi_label only; else taken
+            from the first batch).
+        label_weights: weights of the labels' AUCs in the average (multi_label only).
         from_logits: apply a sigmoid to predictions first.
     """
 
     direction = "up"
+    builds_state_on_first_update = True
 
     def __init__(self, num_thresholds: int = 200, curve: str = "ROC", summation_method: str = "interpolation",
                  name: Optional[str] = None, dtype: Optional[torch.dtype] = None,
-                 thresholds: Optional[Sequence[float]] = None, from_logits: bool = False) -> None:
+                 thresholds: Optional[Sequence[float]] = None, multi_label: bool = False,
+                 num_labels: Optional[int] = None, label_weights: Optional[Sequence[float]] = None,
+                 from_logits: bool = False) -> None:
         super().__init__(name or "auc", dtype)
         if curve.upper() not in ("ROC", "PR"):
             raise ValueError(f"AUC curve={curve!r} is not supported; use 'ROC' or 'PR'")
@@ -72,60 +77,70 @@ class AUC(Metric):
         self.summation_method = summation_method
         self.from_logits = bool(from_logits)
         self._thresholds = torch.tensor([0.0 - _EPSILON] + inner + [1.0 + _EPSILON], dtype=torch.float64)
+        self.multi_label = bool(multi_label)
+        if num_labels is not None and not self.multi_label:
+            raise ValueError("AUC: num_labels is only for multi_label=True")
+        self.num_labels = None if num_labels is None else int(num_labels)
+        self.label_weights = None if label_weights is None else [float(w) for w in label_weights]
+        if not self.multi_label:
+            self._build(())
+        elif self.num_labels is not None:
+            self._build((self.num_labels,))
+
+    def _build(self, label_shape: tuple) -> None:
         for state in ("true_positives", "false_positives", "true_negatives", "false_negatives"):
-            self.add_state(state, (self.num_thresholds,))
+            self.add_state(state, (self.num_thresholds,) + label_shape)
 
     @property
     def thresholds(self) -> List[float]:
         return self._thresholds.tolist()
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
-        true, pred = as_tensor_pair(y_true, y_pred)
-        true, pred = match_ranks(true, pred)
-        if tuple(true.shape) != tuple(pred.shape):
-            raise ValueError(f"AUC: labels of shape {tuple(true.shape)} do not match predictions of shape "
-                             f"{tuple(pred.shape)}; give one 0/1 label per predicted value")
+        pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
         if self.from_logits:
             pred = torch.sigmoid(pred)
-        self._align_device(pred)
-        n = self.num_thresholds
-        if self._thresholds.device != pred.device:
-            self._thresholds = self._thresholds.to(pred.device)
-        # bucket = how many thresholds lie strictly below the prediction (= thresholds it is "positive" at).
-        bucket = torch.bucketize(pred.reshape(-1).to(torch.float64), self._thresholds, right=False)
-        positive = true.reshape(-1) != 0
-        weight = torch.ones_like(bucket, dtype=torch.float64)
-        if sample_weight is not None:
-            w = torch.as_tensor(sample_weight, device=pred.device).to(torch.float64)
-            w, _ = match_ranks(w, pred)
-            weight = w.broadcast_to(pred.shape).reshape(-1)
-        pos_hist = torch.bincount(bucket, weights=weight * positive, minlength=n + 1)
-        neg_hist = torch.bincount(bucket, weights=weight * ~positive, minlength=n + 1)
-        # Threshold j sees as positive every prediction whose bucket is > j.
-        pos_above = pos_hist.flip(0).cumsum(0).flip(0)[1:]
-        neg_above = neg_hist.flip(0).cumsum(0).flip(0)[1:]
-        self.true_positives.add_(pos_above)
-        self.false_positives.add_(neg_above)
-        self.false_negatives.add_(pos_hist.sum() - pos_above)
-        self.true_negatives.add_(neg_hist.sum() - neg_above)
+        if "true_positives" not in self._state_names:
+            if pred.dim() != 2:
+                raise ValueError(f"AUC(multi_label=True) needs predictions of shape (batch, labels), "
+                                 f"got {tuple(pred.shape)}")
+            self.num_labels = int(pred.shape[1])
+            self._build((self.num_labels,))
+        counts = threshold_counts(y_true, pred, self._thresholds, sample_weight, "AUC",
+                                  multi_label=self.multi_label)
+        self._align_device(counts["tp"])
+        self.true_positives.add_(counts["tp"])
+        self.false_positives.add_(counts["fp"])
+        self.false_negatives.add_(counts["fn"])
+        self.true_negatives.add_(counts["tn"])
 
     def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
+        if "true_positives" not in states:
+            return torch.zeros((), dtype=torch.float64)
         tp, fp = states["true_positives"], states["false_positives"]
         tn, fn = states["true_negatives"], states["false_negatives"]
         if self.curve == "PR" and self.summation_method == "interpolation":
-            return self._interpolate_pr_auc(tp, fp, fn)
-        recall = _divide_no_nan(tp, tp + fn)
+            return self._over_labels(self._interpolate_pr_auc(tp, fp, fn))
+        recall = divide_no_nan(tp, tp + fn)
         if self.curve == "ROC":
-            x, y = _divide_no_nan(fp, fp + tn), recall
+            x, y = divide_no_nan(fp, fp + tn), recall
         else:
-            x, y = recall, _divide_no_nan(tp, tp + fp)
+            x, y = recall, divide_no_nan(tp, tp + fp)
         if self.summation_method == "interpolation":
             heights = (y[:-1] + y[1:]) / 2.0
         elif self.summation_method == "minoring":
             heights = torch.minimum(y[:-1], y[1:])
         else:
             heights = torch.maximum(y[:-1], y[1:])
-        return ((x[:-1] - x[1:]) * heights).sum()
+        return self._over_labels((x[:-1] - x[1:]) * heights)
+
+    def _over_labels(self, terms: torch.Tensor) -> torch.Tensor:
+        by_label = terms.sum(0)
+        if not self.multi_label:
+            return by_label
+        if self.label_weights is None:
+            return by_label.mean()
+        weights = torch.tensor(self.label_weights, dtype=by_label.dtype, device=by_label.device)
+        return divide_no_nan((by_label * weights).sum(), weights.sum())
 
     @staticmethod
     def _interpolate_pr_auc(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
@@ -133,17 +148,17 @@ class AUC(Metric):
         dtp = tp[:-1] - tp[1:]
         p = tp + fp
         dp = p[:-1] - p[1:]
-        slope = _divide_no_nan(dtp, dp.clamp(min=0))
+        slope = divide_no_nan(dtp, dp.clamp(min=0))
         intercept = tp[1:] - slope * p[1:]
         both_positive = (p[:-1] > 0) & (p[1:] > 0)
-        ratio = torch.where(both_positive, _divide_no_nan(p[:-1], p[1:].clamp(min=0)), torch.ones_like(p[1:]))
-        increments = _divide_no_nan(slope * (dtp + intercept * ratio.log()), (tp[1:] + fn[1:]).clamp(min=0))
-        return increments.sum()
+        ratio = torch.where(both_positive, divide_no_nan(p[:-1], p[1:].clamp(min=0)), torch.ones_like(p[1:]))
+        return divide_no_nan(slope * (dtp + intercept * ratio.log()), (tp[1:] + fn[1:]).clamp(min=0))
 
     def get_config(self) -> Dict[str, Any]:
         config: Dict[str, Any] = {**super().get_config(), "num_thresholds": self.num_thresholds,
                                   "curve": self.curve, "summation_method": self.summation_method,
-                                  "from_logits": self.from_logits}
+                                  "from_logits": self.from_logits, "multi_label": self.multi_label,
+                                  "num_labels": self.num_labels, "label_weights": self.label_weights}
         if self._inner_thresholds is not None:
             config["thresholds"] = list(self._inner_thresholds)
         return config

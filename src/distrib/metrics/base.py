@@ -69,6 +69,8 @@ class Metric(StrategyBoundState):
     """
 
     direction: Optional[str] = None
+    #: True for metrics that create (some of) their state at the first update, when shapes are known.
+    builds_state_on_first_update: bool = False
 
     def __init__(self, name: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> None:
         self.name = name or snake_case(type(self).__name__)
@@ -172,6 +174,11 @@ class Metric(StrategyBoundState):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore state saved by `state_dict`; checks names and shapes before changing anything."""
         expected = self.state_tensors()
+        if self.builds_state_on_first_update and set(state_dict) > set(expected):
+            for n in state_dict:
+                if n not in expected:
+                    self.add_state(n, tuple(torch.as_tensor(state_dict[n]).shape))
+            expected = self.state_tensors()
         if set(state_dict) != set(expected):
             raise ValueError(f"metric {self.name!r}: state_dict has keys {sorted(state_dict)} "
                              f"but the metric's state is {sorted(expected)}")

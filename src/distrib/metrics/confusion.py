@@ -26,11 +26,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from distrib.losses.base import as_tensor_pair
-from distrib.losses.reduction import match_ranks
 from distrib.metrics.base import Metric
+from distrib.metrics.thresholds import aligned_inputs
 
-__all__ = ["Precision", "Recall", "confusion_counts"]
+__all__ = ["Precision", "Recall", "TruePositives", "TrueNegatives", "FalsePositives", "FalseNegatives",
+           "confusion_counts"]
 
 NEG_INF = -1e10
 
@@ -47,23 +47,8 @@ def _thresholds(thresholds: Union[None, float, Sequence[float]], top_k: Optional
 def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: Optional[int],
                      class_id: Optional[int], sample_weight: Optional[Any],
                      who: str) -> Dict[str, torch.Tensor]:
-    """Weighted ``tp``, ``fp``, ``fn`` per threshold (float64), Keras's update rule."""
-    true, pred = as_tensor_pair(y_true, y_pred)
-    true, pred = match_ranks(true, pred)
-    if tuple(true.shape) != tuple(pred.shape):
-        raise ValueError(f"{who}: labels of shape {tuple(true.shape)} do not match predictions of shape "
-                         f"{tuple(pred.shape)}; give one 0/1 label per predicted value")
-    pred = pred.to(torch.float64)
-    weight = None
-    if sample_weight is not None:
-        w = torch.as_tensor(sample_weight, device=pred.device).to(torch.float64)
-        while w.dim() < pred.dim():  # one weight per example: the same for all its classes
-            w = w.unsqueeze(-1)
-        try:
-            weight = w.broadcast_to(pred.shape)
-        except RuntimeError:
-            raise ValueError(f"{who}: sample_weight of shape {tuple(torch.as_tensor(sample_weight).shape)} does "
-                             f"not broadcast to the predictions' shape {tuple(pred.shape)}") from None
+    """Weighted ``tp``, ``fp``, ``fn``, ``tn`` per threshold (float64), Keras's update rule."""
+    true, pred, weight = aligned_inputs(y_true, y_pred, sample_weight, who)
     if top_k is not None:
         if pred.dim() == 0 or int(top_k) < 1 or int(top_k) > pred.shape[-1]:
             raise ValueError(f"{who}: top_k={top_k} needs predictions with at least {top_k} classes in "
@@ -76,12 +61,12 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
             raise ValueError(f"{who}: class_id={class_id} is outside the {tuple(pred.shape)[-1:]} classes "
                              f"of the predictions")
         pred, true = pred[..., int(class_id)], true[..., int(class_id)]
-        weight = None if weight is None else weight[..., int(class_id)]
+        weight = weight[..., int(class_id)]
     pred, positive = pred.reshape(-1), true.reshape(-1) != 0
-    w = torch.ones_like(pred) if weight is None else weight.reshape(-1)
+    w = weight.reshape(-1)
     above = pred[None, :] > thresholds.to(pred.device)[:, None]
     return {"tp": ((above & positive) * w).sum(1), "fp": ((above & ~positive) * w).sum(1),
-            "fn": ((~above & positive) * w).sum(1)}
+            "fn": ((~above & positive) * w).sum(1), "tn": ((~above & ~positive) * w).sum(1)}
 
 
 class _Confusion(Metric):
@@ -139,3 +124,58 @@ class Recall(_Confusion):
                  class_id: Optional[int] = None, name: Optional[str] = "recall",
                  dtype: Optional[torch.dtype] = None) -> None:
         super().__init__(thresholds, top_k, class_id, name, dtype)
+
+
+class _Count(Metric):
+    """The weighted count of one confusion-matrix cell per threshold (Keras's ``TruePositives`` ...)."""
+
+    _key = ""
+
+    def __init__(self, thresholds: Union[None, float, Sequence[float]] = None, name: Optional[str] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__(name, dtype)
+        self.init_thresholds = thresholds
+        self.thresholds = _thresholds(thresholds, None, type(self).__name__)
+        self._threshold_tensor = torch.tensor(self.thresholds, dtype=torch.float64)
+        self.add_state("accumulator", (len(self.thresholds),))
+
+    def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
+        counts = confusion_counts(y_true, y_pred, self._threshold_tensor, None, None, sample_weight,
+                                  type(self).__name__)
+        self._align_device(counts[self._key])
+        self.accumulator.add_(counts[self._key].to(self.accumulator.dtype))
+
+    def result_from_states(self, states: Dict[str, torch.Tensor]) -> torch.Tensor:
+        value = states["accumulator"]
+        return value[0] if len(self.thresholds) == 1 else value.clone()
+
+    def get_config(self) -> Dict[str, Any]:
+        return {**super().get_config(), "thresholds": self.init_thresholds}
+
+
+class TruePositives(_Count):
+    """Keras's ``TruePositives``: weighted count of positives predicted above each threshold."""
+
+    _key = "tp"
+    direction = "up"
+
+
+class TrueNegatives(_Count):
+    """Keras's ``TrueNegatives``: weighted count of negatives predicted at or below each threshold."""
+
+    _key = "tn"
+    direction = "up"
+
+
+class FalsePositives(_Count):
+    """Keras's ``FalsePositives``: weighted count of negatives predicted above each threshold."""
+
+    _key = "fp"
+    direction = "down"
+
+
+class FalseNegatives(_Count):
+    """Keras's ``FalseNegatives``: weighted count of positives predicted at or below each threshold."""
+
+    _key = "fn"
+    direction = "down"

@@ -35,16 +35,31 @@ from distrib.metrics.accuracy import Accuracy, BinaryAccuracy, CategoricalAccura
 from distrib.metrics.auc import AUC
 from distrib.metrics.base import Metric
 from distrib.metrics.reduction import Mean, MeanMetricWrapper, Sum
-from distrib.metrics.regression import MeanAbsoluteError, MeanSquaredError
-from distrib.metrics.confusion import Precision, Recall
-from distrib.metrics.top_k import TopKCategoricalAccuracy
+from distrib.metrics.at_constraint import (PrecisionAtRecall, RecallAtPrecision, SensitivityAtSpecificity,
+                                           SpecificityAtSensitivity)
+from distrib.metrics.confusion import FalseNegatives, FalsePositives, Precision, Recall, TrueNegatives, TruePositives
+from distrib.metrics.f_score import F1Score, FBetaScore
+from distrib.metrics.iou import BinaryIoU, IoU, MeanIoU, OneHotIoU, OneHotMeanIoU
+from distrib.metrics import probabilistic as prob
+from distrib.metrics.r2 import R2Score
+from distrib.metrics.regression import (CosineSimilarity, LogCoshError, MeanAbsoluteError,
+                                        MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError,
+                                        RootMeanSquaredError)
+from distrib.metrics.top_k import SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy
+from distrib.metrics.torchmetrics_adapter import TorchMetric, is_torchmetric
 
 __all__ = ["get", "serialize", "deserialize", "resolve_accuracy", "CLASSES", "ALIASES"]
 
 CLASSES: Dict[str, type] = {
     cls.__name__: cls
     for cls in (Mean, Sum, Accuracy, BinaryAccuracy, CategoricalAccuracy, SparseCategoricalAccuracy,
-                MeanSquaredError, MeanAbsoluteError, AUC, Precision, Recall, TopKCategoricalAccuracy)
+                MeanSquaredError, MeanAbsoluteError, AUC, Precision, Recall, TopKCategoricalAccuracy,
+                SparseTopKCategoricalAccuracy, RootMeanSquaredError, MeanAbsolutePercentageError,
+                MeanSquaredLogarithmicError, LogCoshError, CosineSimilarity, R2Score, TruePositives, TrueNegatives,
+                FalsePositives, FalseNegatives, PrecisionAtRecall, RecallAtPrecision, SensitivityAtSpecificity,
+                SpecificityAtSensitivity, F1Score, FBetaScore, IoU, MeanIoU, BinaryIoU, OneHotIoU, OneHotMeanIoU,
+                prob.BinaryCrossentropy, prob.CategoricalCrossentropy, prob.SparseCategoricalCrossentropy,
+                prob.KLDivergence, prob.Poisson, prob.Hinge, prob.SquaredHinge, prob.CategoricalHinge)
 }
 
 ALIASES: Dict[str, type] = {
@@ -59,14 +74,32 @@ ALIASES: Dict[str, type] = {
     "precision": Precision,
     "recall": Recall,
     "top_k_categorical_accuracy": TopKCategoricalAccuracy,
+    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
     "mean": Mean,
     "sum": Sum,
+    "mape": MeanAbsolutePercentageError,
+    "mean_absolute_percentage_error": MeanAbsolutePercentageError,
+    "msle": MeanSquaredLogarithmicError,
+    "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
+    "root_mean_squared_error": RootMeanSquaredError,
+    "logcosh": LogCoshError,
+    "log_cosh": LogCoshError,
+    "cosine_similarity": CosineSimilarity,
+    "r2_score": R2Score,
+    "kl_divergence": prob.KLDivergence,
+    "kld": prob.KLDivergence,
+    "poisson": prob.Poisson,
+    "hinge": prob.Hinge,
+    "squared_hinge": prob.SquaredHinge,
+    "categorical_hinge": prob.CategoricalHinge,
+    "f1_score": F1Score,
+    "fbeta_score": FBetaScore,
 }
 
 _CROSSENTROPY_METRICS = {
-    "sparse_categorical_crossentropy": ce.sparse_categorical_crossentropy,
-    "categorical_crossentropy": ce.categorical_crossentropy,
-    "binary_crossentropy": ce.binary_crossentropy,
+    "sparse_categorical_crossentropy": prob.SparseCategoricalCrossentropy,
+    "categorical_crossentropy": prob.CategoricalCrossentropy,
+    "binary_crossentropy": prob.BinaryCrossentropy,
 }
 
 
@@ -123,7 +156,8 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
             ``"sparse_categorical_accuracy"``, ``"categorical_accuracy"``,
             ``"binary_accuracy"``, ``"mse"``, ``"mae"``, ``"auc"``, a
             crossentropy name...) or class name, a `Metric`, a dict from
-            `serialize`, or a callable ``fn(y_true, y_pred)`` (averaged).
+            `serialize`, a ``torchmetrics.Metric`` (wrapped in `TorchMetric`), or a
+            callable ``fn(y_true, y_pred)`` (averaged).
         loss: the compiled loss, used to resolve ``"accuracy"``.
         y_true_shape, y_pred_shape: a batch's shapes, used to resolve
             ``"accuracy"`` when the loss does not decide it.
@@ -137,11 +171,7 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
     if isinstance(identifier, str):
         if identifier in ("accuracy", "acc"):
             return resolve_accuracy(loss, y_true_shape, y_pred_shape)(name=identifier)
-        if identifier in _CROSSENTROPY_METRICS:
-            metric = MeanMetricWrapper(_CROSSENTROPY_METRICS[identifier], name=identifier)
-            metric.direction = "down"
-            return metric
-        cls = ALIASES.get(identifier) or CLASSES.get(identifier)
+        cls = _CROSSENTROPY_METRICS.get(identifier) or ALIASES.get(identifier) or CLASSES.get(identifier)
         if cls is None:
             known = sorted(set(ALIASES) | {"accuracy", "acc"} | set(_CROSSENTROPY_METRICS))
             raise ValueError(f"unknown metric {identifier!r}; use one of {known}, a distrib.metrics object "
@@ -149,6 +179,8 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
         return cls(name=identifier)
     if isinstance(identifier, dict):
         return deserialize(identifier)
+    if is_torchmetric(identifier):
+        return TorchMetric(identifier)
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(f"metric must be a Keras metric name, a distrib.metrics object or a callable, "

@@ -19,7 +19,8 @@ import torch
 from distrib.losses.base import as_tensor_pair
 from distrib.metrics.reduction import MeanMetricWrapper
 
-__all__ = ["top_k_categorical_accuracy", "TopKCategoricalAccuracy"]
+__all__ = ["top_k_categorical_accuracy", "TopKCategoricalAccuracy", "sparse_top_k_categorical_accuracy",
+           "SparseTopKCategoricalAccuracy"]
 
 
 def top_k_categorical_accuracy(y_true: Any, y_pred: Any, k: int = 5) -> torch.Tensor:
@@ -44,3 +45,36 @@ class TopKCategoricalAccuracy(MeanMetricWrapper):
         if int(k) < 1:
             raise ValueError(f"TopKCategoricalAccuracy: k must be >= 1, got {k}")
         super().__init__(top_k_categorical_accuracy, name, dtype, k=int(k))
+
+
+def sparse_top_k_categorical_accuracy(y_true: Any, y_pred: Any, k: int = 5) -> torch.Tensor:
+    """1.0 where the integer label is among the ``k`` largest of ``y_pred``; shaped like the labels.
+
+    Labels ``[B]`` or ``[B, 1]`` go with predictions ``[B, C]``; labels
+    ``[B, T]`` with predictions ``[B, T, C]``.
+    """
+    true, pred = as_tensor_pair(y_true, y_pred)
+    if pred.dim() == 0:
+        raise ValueError("sparse_top_k_categorical_accuracy: predictions need a class axis, got a scalar")
+    labels = true.reshape(-1).long()
+    flat = pred.reshape(-1, pred.shape[-1])
+    if labels.shape[0] != flat.shape[0]:
+        raise ValueError(f"sparse_top_k_categorical_accuracy: labels of shape {tuple(true.shape)} do not fit "
+                         f"predictions of shape {tuple(pred.shape)}; give one class label per prediction row")
+    inside = (labels >= 0) & (labels < flat.shape[-1])
+    target = flat.gather(-1, labels.clamp(0, flat.shape[-1] - 1).unsqueeze(-1))
+    hits = ((flat > target).sum(dim=-1) < int(k)) & inside
+    shape = true.shape if true.dim() > 1 else (flat.shape[0],)
+    return hits.to(torch.float32).reshape(shape)
+
+
+class SparseTopKCategoricalAccuracy(MeanMetricWrapper):
+    """Keras's ``SparseTopKCategoricalAccuracy`` (default ``k=5``): integer labels."""
+
+    direction = "up"
+
+    def __init__(self, k: int = 5, name: str = "sparse_top_k_categorical_accuracy",
+                 dtype: Optional[torch.dtype] = None) -> None:
+        if int(k) < 1:
+            raise ValueError(f"SparseTopKCategoricalAccuracy: k must be >= 1, got {k}")
+        super().__init__(sparse_top_k_categorical_accuracy, name, dtype, k=int(k))

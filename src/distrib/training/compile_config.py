@@ -12,10 +12,13 @@ a dict/list with one entry (a list of metrics) per output, or a flat list of
 *names* applied to every output; their log names are prefixed with the
 output's name (the dict key, or ``output_1``, ``output_2``, ...).
 
-The loss a replica minimises is, per output,
-``sum(per_example_loss * sample_weight) / global_batch_size``: summed across
-replicas (as gradients are), it is exactly the loss of one process on the
-whole global batch.
+The loss a replica minimises is, per output, its `Loss.replica_share`: the
+Keras loss of its local batch times ``local batch / global batch`` (a
+``"sum"`` reduction adds up as it is). Summed across replicas (as gradients
+are), it is exactly the loss of one process on the whole global batch.
+Rank-1 targets against rank-2 outputs (``(64,)`` against ``(64, 10)``) are
+expanded to ``(64, 1)`` first, as tf.keras 2's ``fit`` did (Keras 3 refuses
+them), so its tutorials' ``loss="mse"`` programs run.
 
 Example:
     >>> losses = CompiledLoss("mse", None)
@@ -127,8 +130,10 @@ def _first(value: Any) -> Any:
 
 def _global_mean(loss: Any, y_true: Any, y_pred: torch.Tensor, sample_weight: Any,
                  global_batch_size: int) -> torch.Tensor:
-    per_example = loss.per_example(y_true, y_pred, sample_weight)
-    return per_example.sum() / global_batch_size
+    if (isinstance(y_true, torch.Tensor) and isinstance(y_pred, torch.Tensor) and y_true.dim() == 1
+            and y_pred.dim() == 2):
+        y_true = y_true.unsqueeze(-1)
+    return loss.replica_share(y_true, y_pred, sample_weight, global_batch_size)
 
 
 class CompiledMetrics:

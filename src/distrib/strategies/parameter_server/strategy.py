@@ -293,8 +293,12 @@ class ParameterServerStrategy(Strategy):
 
     def _apply_metric_deltas(self, deltas: Dict[int, Dict[str, torch.Tensor]]) -> None:
         for key, changes in deltas.items():
-            states = self._exporter.objects[key].state_tensors()
+            metric = self._exporter.objects[key]
+            states = metric.state_tensors()
             for name, change in changes.items():
+                if name not in states:  # created by the metric's first update on a worker
+                    metric.add_state(name, tuple(change.shape))
+                    states = metric.state_tensors()
                 states[name].add_(change.to(states[name].device, states[name].dtype))
         if self._registry is not None:
             self._registry.bump()

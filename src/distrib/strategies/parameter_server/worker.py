@@ -133,7 +133,8 @@ class WorkerState:
                 metric.reset_state()
                 initial[key] = {n: t.clone() for n, t in metric.state_tensors().items()}
             result = map_structure(_detached, fn(*args, **kwargs))
-            deltas = {key: {n: (t - initial[key][n]).detach() for n, t in metric.state_tensors().items()}
+            deltas = {key: {n: (t - initial[key].get(n, _state_start(metric, n))).detach()
+                            for n, t in metric.state_tensors().items()}
                       for key, metric in metrics.items()}
         except UnavailableError as exc:
             if (exc.task or "").startswith("ps"):
@@ -189,3 +190,8 @@ def serve_worker(runtime: Any, strategy: Any, worker_index: int) -> None:
     """Serve scheduled functions until the chief's program ends."""
     _STATE.append(WorkerState(runtime, strategy, worker_index))
     runtime.serve()
+
+
+def _state_start(metric: Any, name: str) -> float:
+    """The initial value of a state a metric created during the closure (F1Score builds on its first batch)."""
+    return float(getattr(metric, "_state_init", {}).get(name, 0.0))
