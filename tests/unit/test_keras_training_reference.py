@@ -110,3 +110,59 @@ def test_loss_scale_trajectory_matches_keras():
                                    rtol=RTOL, atol=ATOL, err_msg=f"weights after step {step + 1}")
         assert float(opt.scale_loss(torch.tensor(1.5))) == expected["scaled_loss"][step]
     assert min(expected["scale"]) < 1.0                   # the scale keeps halving below 1, as in Keras
+
+
+class _Dense(torch.nn.Module):
+    """Keras's Dense(3) on 2 inputs: a (2, 3) kernel and a (3,) bias, in Keras's weight order."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernel = torch.nn.Parameter(torch.zeros(2, 3))
+        self.bias = torch.nn.Parameter(torch.zeros(3))
+
+    def forward(self, x):
+        return x @ self.kernel + self.bias
+
+
+@pytest.mark.parametrize("case_id, name, kwargs, logged", sc.CALLBACK_CASES, ids=[c[0] for c in sc.CALLBACK_CASES])
+def test_callback_decisions_match_keras(case_id, name, kwargs, logged, tmp_path):
+    import warnings
+
+    import distrib
+
+    expected = REFERENCE["callbacks"][case_id]
+    model = distrib.Model(_Dense())
+    model.compile(optimizer=optimizers.SGD(learning_rate=sc.CALLBACK_LR), loss="mse")
+    kw = dict(kwargs)
+    if name == "ModelCheckpoint":
+        kw.update(filepath=str(tmp_path / "ckpt_{epoch}"), save_weights_only=True)
+    cb = getattr(distrib.callbacks, name)(**kw)
+    cb.set_model(model)
+    model.stop_training = False
+    cb.on_train_begin()
+    got = []
+    for epoch in range(len(next(iter(logged.values())))):
+        model.set_weights(sc.epoch_weights(epoch))
+        logs = {k: float(v[epoch]) for k, v in logged.items()}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cb.on_epoch_end(epoch, logs)
+        got.append({"stop": bool(model.stop_training), "warned": any("available" in str(w.message) for w in caught),
+                    "saved": name == "ModelCheckpoint" and (tmp_path / f"ckpt_{epoch + 1}").exists(),
+                    "learning_rate": float(np.float32(model.optimizer.learning_rate))})
+        if model.stop_training:
+            break
+    cb.on_train_end()
+    assert [(e["stop"], e["saved"], e["warned"]) for e in got] == \
+        [(e["stop"], e["saved"], e["warned"]) for e in expected["epochs"]]
+    np.testing.assert_allclose([e["learning_rate"] for e in got], [e["learning_rate"] for e in expected["epochs"]],
+                               rtol=RTOL)
+    assert float(model.get_weights()[0][0, 0]) == expected["final_weight"]
+
+
+def test_policies_have_keras_dtypes():
+    from distrib.mixed_precision import Policy
+
+    for name, dtypes in REFERENCE["policies"].items():
+        policy = Policy(name)
+        assert (policy.compute_dtype, policy.variable_dtype) == (dtypes["compute_dtype"], dtypes["variable_dtype"])

@@ -11,14 +11,15 @@ Example:
     >>> torch_opt = opt.build(module.parameters())
     >>> opt.learning_rate = 1e-4                            # reaches torch_opt.param_groups
 """
-from distrib.optimizers.adadelta_ftrl import Adadelta, Ftrl
-from distrib.optimizers.adam import Adam, AdamW
-from distrib.optimizers.adam_variants import Adamax, Lion, Nadam
+from distrib.optimizers.adadelta_ftrl import Adadelta, Ftrl, KerasAdadelta, KerasFtrl
+from distrib.optimizers.adam import Adam, AdamW, KerasAdam
+from distrib.optimizers.adam_variants import Adamax, KerasAdamax, KerasLion, KerasNadam, Lion, Nadam
 from distrib.optimizers.base import Optimizer
+from distrib.optimizers.keras_torch import KerasTorchOptimizer
 from distrib.optimizers.learning_rate import get_learning_rate, set_learning_rate
 from distrib.optimizers.registry import deserialize, get, serialize
-from distrib.optimizers.rmsprop import Adagrad, RMSprop
-from distrib.optimizers.sgd import SGD
+from distrib.optimizers.rmsprop import Adagrad, KerasAdagrad, KerasRMSprop, RMSprop
+from distrib.optimizers.sgd import SGD, KerasSGD
 from distrib.optimizers import schedules
 
 __all__ = [
@@ -39,4 +40,14 @@ __all__ = [
     "get_learning_rate",
     "set_learning_rate",
     "schedules",
+    "KerasTorchOptimizer",
+    "KerasSGD",
+    "KerasAdam",
+    "KerasRMSprop",
+    "KerasAdagrad",
+    "KerasNadam",
+    "KerasAdamax",
+    "KerasLion",
+    "KerasAdadelta",
+    "KerasFtrl",
 ]
