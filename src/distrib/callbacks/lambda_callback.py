@@ -52,4 +52,12 @@ class LambdaCallback(Callback):
                 continue
             if not callable(fn):
                 raise TypeError(f"LambdaCallback: {name} must be a function, got {type(fn).__name__}")
-            setattr(self, name, fn)
+            setattr(self, name, _with_logs(name, fn))
+
+
+def _with_logs(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called as Keras calls it: ``logs`` always passed (None when the caller gave none)."""
+    takes_index = "epoch" in name or "batch" in name
+    if takes_index:
+        return lambda index, logs=None: fn(index, logs)
+    return lambda logs=None: fn(logs)

@@ -1,35 +1,29 @@
-"""`Optimizer`: a Keras-named optimizer specification that builds a ``torch.optim`` optimizer.
+"""`Optimizer`: a Keras-named optimizer specification that builds a Keras-rule torch optimizer.
 
 A Keras optimizer is created before the model's parameters are known
 (``optimizer=distrib.optimizers.SGD(learning_rate=0.001)`` in ``compile``).
 A distrib optimizer is therefore a *spec*: it records Keras's
-hyper-parameters and `build` turns it into the torch optimizer once the
-parameters exist. After `build` it also behaves like that optimizer
-(``step``, ``zero_grad``, ``param_groups``, ``state_dict``), and its
-`learning_rate` reads and writes the torch param groups, which is how
-callbacks such as `LearningRateScheduler` change it mid-training.
+hyper-parameters and `build` turns it into a torch optimizer once the
+parameters exist — a `KerasTorchOptimizer` subclass whose ``step`` computes
+Keras 3's update (clipping, decoupled weight decay, EMA and the optimizer's
+own rule; see `distrib.optimizers.keras_torch`). After `build` the spec also
+behaves like that optimizer (``step``, ``zero_grad``, ``param_groups``,
+``state_dict``), and its `learning_rate` reads and writes the torch param
+groups, which is how callbacks such as `ReduceLROnPlateau` change it
+mid-training.
 
 Example:
     >>> opt = distrib.optimizers.SGD(learning_rate=0.1, momentum=0.9)
-    >>> torch_opt = opt.build(model.parameters())      # torch.optim.SGD(lr=0.1, momentum=0.9)
+    >>> torch_opt = opt.build(model.parameters())      # a KerasSGD (a torch.optim.Optimizer)
     >>> opt.learning_rate = 0.01                       # every param group's "lr" is now 0.01
     >>> torch_opt.param_groups[0]["lr"]
     0.01
 
-Keras features mapped onto torch:
-
-- ``weight_decay``: Keras decays *decoupled* (``w -= lr * wd * w`` before the
-  update) for every optimizer. torch's own ``weight_decay`` is an L2 term
-  added to the gradient for SGD/RMSprop/Adagrad/Adam, which differs once
-  momentum or adaptive scaling is involved, so distrib applies Keras's
-  decoupled decay itself in a step pre-hook (`AdamW` uses torch's AdamW,
-  which is exactly that).
-- ``clipnorm`` (per tensor), ``clipvalue`` and ``global_clipnorm`` clip the
-  gradients in the same pre-hook, with tensor ops only (no host sync).
-  The hook is registered on the optimizer instance, so it runs after torch's
-  *global* step pre-hooks, where distrib's strategies finish summing
-  gradients across replicas (`distrib.comm.optimizer_hook`): clipping and
-  decay see the global gradient and stay identical on every replica.
+Every step runs after torch's *global* step pre-hooks, where distrib's
+strategies finish summing gradients across replicas
+(`distrib.comm.optimizer_hook`): clipping and decay see the global gradient
+and stay identical on every replica. A learning-rate schedule sets the rate
+in a step pre-hook from the step counter kept in the first param group.
 """
 from __future__ import annotations
 
