@@ -46,26 +46,35 @@ class LearningRateSchedule:
         return cls(**config)
 
 
-class ExponentialDecay(LearningRateSchedule):
-    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (floored exponent with ``staircase``)."""
+class _StepRatioDecay(LearningRateSchedule):
+    """Shared by `ExponentialDecay` and `InverseTimeDecay`: arguments, config and ``step / decay_steps``."""
+
+    default_name = ""
 
     def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
-                 name: str = "ExponentialDecay") -> None:
+                 name: Optional[str] = None) -> None:
         self.initial_learning_rate = float(initial_learning_rate)
-        self.decay_steps = _positive("ExponentialDecay", "decay_steps", decay_steps)
+        self.decay_steps = _positive(type(self).__name__, "decay_steps", decay_steps)
         self.decay_rate = float(decay_rate)
         self.staircase = bool(staircase)
-        self.name = name
+        self.name = name or self.default_name
 
-    def __call__(self, step: int) -> float:
+    def _ratio(self, step: int) -> Any:
         p = _F(step) / _F(self.decay_steps)
-        if self.staircase:
-            p = np.floor(p)
-        return float(_F(self.initial_learning_rate) * np.power(_F(self.decay_rate), p))
+        return np.floor(p) if self.staircase else p
 
     def get_config(self) -> Dict[str, Any]:
         return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
                 "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+
+
+class ExponentialDecay(_StepRatioDecay):
+    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (floored exponent with ``staircase``)."""
+
+    default_name = "ExponentialDecay"
+
+    def __call__(self, step: int) -> float:
+        return float(_F(self.initial_learning_rate) * np.power(_F(self.decay_rate), self._ratio(step)))
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -126,26 +135,13 @@ class PolynomialDecay(LearningRateSchedule):
                 "name": self.name}
 
 
-class InverseTimeDecay(LearningRateSchedule):
+class InverseTimeDecay(_StepRatioDecay):
     """``initial / (1 + decay_rate * step / decay_steps)`` (floored ratio with ``staircase``)."""
 
-    def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
-                 name: str = "InverseTimeDecay") -> None:
-        self.initial_learning_rate = float(initial_learning_rate)
-        self.decay_steps = _positive("InverseTimeDecay", "decay_steps", decay_steps)
-        self.decay_rate = float(decay_rate)
-        self.staircase = bool(staircase)
-        self.name = name
+    default_name = "InverseTimeDecay"
 
     def __call__(self, step: int) -> float:
-        p = _F(step) / _F(self.decay_steps)
-        if self.staircase:
-            p = np.floor(p)
-        return float(_F(self.initial_learning_rate) / (_F(1) + _F(self.decay_rate) * p))
-
-    def get_config(self) -> Dict[str, Any]:
-        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
-                "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+        return float(_F(self.initial_learning_rate) / (_F(1) + _F(self.decay_rate) * self._ratio(step)))
 
 
 def _cosine(fraction: Any, alpha: float) -> Any:
