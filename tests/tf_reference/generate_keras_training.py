@@ -15,7 +15,10 @@ It writes ``tests/data/tf_reference/keras_training.json``:
 * ``policies``: each dtype policy's compute and variable dtype;
 * ``callbacks``: per replayed epoch, ``stop_training``, the learning rate,
   whether ModelCheckpoint saved and whether a warning was raised; the final
-  weights' first entry after ``on_train_end``.
+  weights' first entry after ``on_train_end``;
+* ``tiny_fit``: a real ``fit`` (SGD with momentum, ReduceLROnPlateau,
+  EarlyStopping with restore_best_weights): per-epoch loss and learning
+  rate, and the final weights.
 """
 import json
 import os
@@ -137,12 +140,26 @@ def callbacks(tf):
     return out
 
 
+def tiny_fit(tf):
+    x, y, kernel, bias = sc.fit_data()
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(3)])
+    model.set_weights([kernel, bias])
+    model.compile(optimizer=tf.keras.optimizers.SGD(**sc.FIT_OPTIMIZER), loss="mse")
+    history = model.fit(x, y, batch_size=sc.FIT_BATCH, epochs=sc.FIT_EPOCHS, shuffle=False, verbose=0,
+                        callbacks=[tf.keras.callbacks.ReduceLROnPlateau(**sc.FIT_REDUCE_LR),
+                                   tf.keras.callbacks.EarlyStopping(**sc.FIT_EARLY_STOP)])
+    return {"loss": [float(v) for v in history.history["loss"]],
+            "learning_rate": [float(v) for v in history.history["learning_rate"]],
+            "weights": [w.tolist() for w in model.get_weights()]}
+
+
 def main():
     tf = _tf()
     opt, scheduled = optimizers(tf)
     result = {"tensorflow": tf.__version__, "keras": tf.keras.__version__ if hasattr(tf.keras, "__version__")
               else None, "optimizers": opt, "scheduled_optimizer": scheduled, "schedules": schedules(tf),
-              "loss_scale": loss_scale(tf), "policies": policies(tf), "callbacks": callbacks(tf)}
+              "loss_scale": loss_scale(tf), "policies": policies(tf), "callbacks": callbacks(tf),
+              "tiny_fit": tiny_fit(tf)}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=None, sort_keys=True) + "\n")
     print(f"wrote {OUT}")

@@ -169,3 +169,22 @@ CALLBACK_LR = 0.1
 def epoch_weights(epoch):
     """The weights the replayed model holds at the end of ``epoch`` (so restore_best_weights is visible)."""
     return [np.full((2, 3), float(epoch), dtype=np.float32), np.full((3,), -float(epoch), dtype=np.float32)]
+
+
+#: A tiny real fit: Dense(3) on 2 inputs, SGD with momentum, ReduceLROnPlateau and EarlyStopping.
+FIT_EPOCHS = 12
+FIT_BATCH = 8
+FIT_OPTIMIZER = {"learning_rate": 0.1, "momentum": 0.9}
+FIT_REDUCE_LR = {"monitor": "loss", "factor": 0.5, "patience": 1, "min_delta": 0.01}
+FIT_EARLY_STOP = {"monitor": "loss", "patience": 3, "min_delta": 0.001, "restore_best_weights": True}
+
+
+def fit_data():
+    """``(x, y, kernel, bias)``: 32 examples and the initial weights of the tiny fit."""
+    rng = np.random.RandomState(7)
+    x = rng.normal(size=(32, 2)).astype(np.float32)
+    y = (x @ np.array([[1.0, -2.0, 0.5], [0.3, 0.8, -1.5]], dtype=np.float32)
+         + rng.normal(scale=0.5, size=(32, 3))).astype(np.float32)
+    kernel = rng.normal(size=(2, 3)).astype(np.float32)
+    bias = np.zeros(3, dtype=np.float32)
+    return x, y, kernel, bias

@@ -166,3 +166,21 @@ def test_policies_have_keras_dtypes():
     for name, dtypes in REFERENCE["policies"].items():
         policy = Policy(name)
         assert (policy.compute_dtype, policy.variable_dtype) == (dtypes["compute_dtype"], dtypes["variable_dtype"])
+
+
+def test_tiny_fit_with_momentum_reduce_lr_and_early_stopping_matches_keras():
+    """A real fit: the velocity rule, ReduceLROnPlateau's rate changes and EarlyStopping's restore, end to end."""
+    import distrib
+
+    expected = REFERENCE["tiny_fit"]
+    x, y, kernel, bias = sc.fit_data()
+    model = distrib.Model(_Dense())
+    model.set_weights([kernel, bias])
+    model.compile(optimizer=optimizers.SGD(**sc.FIT_OPTIMIZER), loss="mse")
+    history = model.fit(x, y, batch_size=sc.FIT_BATCH, epochs=sc.FIT_EPOCHS, shuffle=False, verbose=0,
+                        callbacks=[distrib.callbacks.ReduceLROnPlateau(**sc.FIT_REDUCE_LR),
+                                   distrib.callbacks.EarlyStopping(**sc.FIT_EARLY_STOP)])
+    np.testing.assert_allclose(history.history["loss"], expected["loss"], rtol=RTOL)
+    np.testing.assert_allclose(history.history["learning_rate"], expected["learning_rate"], rtol=RTOL)
+    for mine, theirs in zip(model.get_weights(), expected["weights"]):
+        np.testing.assert_allclose(mine, np.array(theirs, dtype=np.float32), rtol=RTOL, atol=1e-6)
