@@ -220,3 +220,14 @@ def test_get_passes_torch_optimizers_through_and_serialises_built_ins():
     assert restored.get_config() == opt.get_config() and restored.learning_rate == 0.003
     with pytest.raises(ValueError, match="cannot deserialise optimizer class"):
         optimizers.deserialize({"class_name": "builtins.eval", "config": {}})
+
+
+def test_state_of_another_optimizer_class_is_one_clear_error():
+    p = torch.nn.Parameter(torch.ones(2))
+    torch_sgd = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.ones(2)
+    torch_sgd.step()
+    opt = optimizers.SGD(learning_rate=0.1, momentum=0.9).build([p])
+    opt.load_state_dict(torch_sgd.state_dict())
+    with pytest.raises(ValueError, match=r"KerasSGD: the loaded optimizer state has slots \['momentum_buffer'\]"):
+        opt.step()

@@ -103,6 +103,10 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
                     state["step"] = 0
                     if group.get("use_ema"):
                         state["average"] = torch.zeros_like(p)
+                elif "step" not in state:
+                    raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, "
+                                     f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
+                                     "checkpoint of another optimizer class?)")
                 iterations = int(state["step"])
                 self.update(p, g, state, group, iterations + 1)
                 if group.get("use_ema"):
