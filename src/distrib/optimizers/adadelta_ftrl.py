@@ -38,13 +38,13 @@ class KerasAdadelta(KerasTorchOptimizer):
         return {"accumulated_grad": torch.zeros_like(p), "accumulated_delta_var": torch.zeros_like(p)}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         rho, eps = float(group["rho"]), float(group["epsilon"])
         acc_g, acc_d = state["accumulated_grad"], state["accumulated_delta_var"]
         acc_g.copy_(rho * acc_g + (1.0 - rho) * torch.square(g))
         delta = -((torch.sqrt(acc_d + eps) * g) / torch.sqrt(acc_g + eps))
         acc_d.copy_(rho * acc_d + (1.0 - rho) * torch.square(delta))
-        p.add_(float(group["lr"]) * delta)
+        p.add_(lr * delta)
 
 
 class KerasFtrl(KerasTorchOptimizer):
@@ -66,8 +66,8 @@ class KerasFtrl(KerasTorchOptimizer):
                 "linear": torch.zeros_like(p)}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
-        lr, power = float(group["lr"]), float(group["learning_rate_power"])
+               step: int, lr: float) -> None:
+        power = float(group["learning_rate_power"])
         l1 = float(group["l1_regularization_strength"])
         l2 = float(group["l2_regularization_strength"]) + float(group["beta"]) / (2.0 * lr)
         accum, linear = state["accumulator"], state["linear"]

@@ -44,9 +44,9 @@ class KerasAdam(KerasTorchOptimizer):
         return state
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
-        alpha = float(group["lr"]) * math.sqrt(1.0 - beta_2 ** step) / (1.0 - beta_1 ** step)
+        alpha = lr * math.sqrt(1.0 - beta_2 ** step) / (1.0 - beta_1 ** step)
         m, v = state["momentum"], state["velocity"]
         m.add_((g - m) * (1.0 - beta_1))
         v.add_((torch.square(g) - v) * (1.0 - beta_2))

@@ -39,7 +39,7 @@ class KerasNadam(KerasTorchOptimizer):
                 "u_product": torch.ones((), dtype=p.dtype, device=p.device)}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
         u_t = beta_1 * (1.0 - 0.5 * 0.96 ** step)
         u_t_1 = beta_1 * (1.0 - 0.5 * 0.96 ** (step + 1))
@@ -52,7 +52,7 @@ class KerasNadam(KerasTorchOptimizer):
         v.add_((torch.square(g) - v) * (1.0 - beta_2))
         m_hat = (u_t_1 * m) / (1.0 - u_product_t_1) + ((1.0 - u_t) * g) / (1.0 - u_product_t)
         v_hat = v / (1.0 - beta_2 ** step)
-        p.sub_((m_hat * float(group["lr"])) / (torch.sqrt(v_hat) + float(group["epsilon"])))
+        p.sub_((m_hat * lr) / (torch.sqrt(v_hat) + float(group["epsilon"])))
 
 
 class KerasAdamax(KerasTorchOptimizer):
@@ -66,12 +66,12 @@ class KerasAdamax(KerasTorchOptimizer):
         return {"m": torch.zeros_like(p), "u": torch.zeros_like(p)}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
         m, u = state["m"], state["u"]
         m.add_((g - m) * (1.0 - beta_1))
         torch.maximum(beta_2 * u, torch.abs(g), out=u)
-        p.sub_((float(group["lr"]) * m) / ((1.0 - beta_1 ** step) * (u + float(group["epsilon"]))))
+        p.sub_((lr * m) / ((1.0 - beta_1 ** step) * (u + float(group["epsilon"]))))
 
 
 class KerasLion(KerasTorchOptimizer):
@@ -85,10 +85,10 @@ class KerasLion(KerasTorchOptimizer):
         return {"momentum": torch.zeros_like(p)}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
         m = state["momentum"]
-        p.sub_(float(group["lr"]) * torch.sign(m * beta_1 + g * (1.0 - beta_1)))
+        p.sub_(lr * torch.sign(m * beta_1 + g * (1.0 - beta_1)))
         m.copy_(m * beta_2 + g * (1.0 - beta_2))
 
 

@@ -22,8 +22,9 @@ Example:
 Every step runs after torch's *global* step pre-hooks, where distrib's
 strategies finish summing gradients across replicas
 (`distrib.comm.optimizer_hook`): clipping and decay see the global gradient
-and stay identical on every replica. A learning-rate schedule sets the rate
-in a step pre-hook from the step counter kept in the first param group.
+and stay identical on every replica. A learning-rate schedule travels in the
+param groups (as its config) and gives each step's rate from the step count
+kept with the optimizer's state.
 """
 from __future__ import annotations
 
@@ -130,11 +131,9 @@ class Optimizer:
                 return self._torch
             raise ValueError(f"optimizer {self.name!r} is already built for other parameters; "
                              "create a new optimizer for each model")
-        opt = self.torch_class(params, lr=self._learning_rate, **self._base_kwargs(), **self._torch_kwargs())
-        if self._schedule is not None:
-            opt.param_groups[0].setdefault("iterations", 0)
-            opt.register_step_pre_hook(self._pre_step)
-            opt.register_step_post_hook(self._count_step)
+        schedule = None if self._schedule is None else schedules.serialize(self._schedule)
+        opt = self.torch_class(params, lr=self._learning_rate, learning_rate_schedule=schedule,
+                               **self._base_kwargs(), **self._torch_kwargs())
         self._torch = opt
         return opt
 
@@ -150,23 +149,13 @@ class Optimizer:
                                "or call build(model.parameters())")
         return self._torch
 
-    def _count_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        optimizer.param_groups[0]["iterations"] = int(optimizer.param_groups[0].get("iterations", 0)) + 1
-
     @property
     def iterations(self) -> int:
         """Steps taken so far (Keras's ``optimizer.iterations``)."""
         if self._torch is None:
             return 0
-        group = self._torch.param_groups[0]
-        if "iterations" in group:
-            return int(group["iterations"])
         steps = [int(s.get("step", 0)) for s in self._torch.state.values()]
         return max(steps, default=0)
-
-    def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._schedule is not None:
-            self._set_group_lr(optimizer, float(self._schedule(int(optimizer.param_groups[0].get("iterations", 0)))))
 
     def scale_loss(self, loss: Any) -> Any:
         """``loss * loss_scale_factor`` (the loss itself when no factor is set), as Keras."""

@@ -18,7 +18,9 @@ One ``step`` does what Keras 3's ``Optimizer.apply`` does, in Keras's order:
    gradients of the optimizer, else ``clipvalue`` element-wise;
 3. decoupled weight decay ``w -= w * weight_decay * lr``;
 4. the optimizer's own rule (`update`), with ``step`` = Keras's
-   ``iterations + 1``;
+   ``iterations + 1`` and the learning rate ``lr``, or
+   ``learning_rate_schedule(iterations)`` when the group has a schedule
+   (its JSON config, so it travels to ps tasks and into checkpoints);
 5. with ``use_ema``: the moving average of the weights, overwriting the
    weights every ``ema_overwrite_frequency`` steps.
 
@@ -34,10 +36,13 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
+
+from distrib.optimizers import schedules
 
 __all__ = ["KerasTorchOptimizer", "BASE_DEFAULTS"]
 
@@ -51,6 +56,7 @@ BASE_DEFAULTS: Dict[str, Any] = {
     "use_ema": False,
     "ema_momentum": 0.99,
     "ema_overwrite_frequency": None,
+    "learning_rate_schedule": None,
 }
 
 
@@ -71,9 +77,20 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         return {}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         """Apply Keras's ``update_step`` to ``p`` in place (``step`` is Keras's ``iterations + 1``)."""
         raise NotImplementedError
+
+    def _schedule_of(self, group: Dict[str, Any]) -> Any:
+        """The group's learning-rate schedule (kept in the group as its JSON config), or None."""
+        config = group.get("learning_rate_schedule")
+        if config is None:
+            return None
+        key = json.dumps(config, sort_keys=True)
+        cache = self.__dict__.setdefault("_schedules", {})
+        if key not in cache:
+            cache[key] = schedules.deserialize(config)
+        return cache[key]
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()
@@ -92,10 +109,9 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
             work.append((group, params, grads))
         _clip(work)
         for group, params, grads in work:
-            lr, wd = float(group["lr"]), group.get("weight_decay")
-            if wd:
-                for p in params:
-                    p.sub_(p * wd * lr)
+            schedule = self._schedule_of(group)
+            wd = group.get("weight_decay")
+            lr = float(group["lr"])
             for p, g in zip(params, grads):
                 state = self.state[p]
                 if not state:
@@ -108,10 +124,16 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
                                      f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
                                      "checkpoint of another optimizer class?)")
                 iterations = int(state["step"])
-                self.update(p, g, state, group, iterations + 1)
+                if schedule is not None:
+                    lr = float(schedule(iterations))
+                if wd:
+                    p.sub_(p * wd * lr)
+                self.update(p, g, state, group, iterations + 1, lr)
                 if group.get("use_ema"):
                     _update_ema(p, state, group, iterations)
                 state["step"] = iterations + 1
+            if schedule is not None and params:
+                group["lr"] = lr
         return loss
 
     def finalize_variable_values(self) -> None:

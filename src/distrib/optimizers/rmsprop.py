@@ -48,8 +48,8 @@ class KerasRMSprop(KerasTorchOptimizer):
         return state
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
-        lr, rho, eps = float(group["lr"]), float(group["rho"]), float(group["epsilon"])
+               step: int, lr: float) -> None:
+        rho, eps = float(group["rho"]), float(group["epsilon"])
         v = state["velocity"]
         v.copy_(rho * v + (1.0 - rho) * torch.square(g))
         if group["centered"]:
@@ -79,10 +79,10 @@ class KerasAdagrad(KerasTorchOptimizer):
         return {"accumulator": torch.full_like(p, float(group["initial_accumulator_value"]))}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
+               step: int, lr: float) -> None:
         acc = state["accumulator"]
         acc.add_(torch.square(g))
-        p.sub_((float(group["lr"]) * g) / torch.sqrt(acc + float(group["epsilon"])))
+        p.sub_((lr * g) / torch.sqrt(acc + float(group["epsilon"])))
 
 
 class RMSprop(Optimizer):

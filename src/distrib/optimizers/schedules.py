@@ -1,10 +1,11 @@
 """Keras learning-rate schedules (``distrib.optimizers.schedules``): the rate as a function of the step.
 
-Give one as an optimizer's ``learning_rate``; before every step the optimizer
-sets the rate to ``schedule(iterations)``, where ``iterations`` counts the
-steps taken so far (from 0). The counter lives in the torch optimizer's first
-param group (``"iterations"``), so it is saved and restored with the
-optimizer's state (``model.save``, checkpoints, `BackupAndRestore`).
+Give one as an optimizer's ``learning_rate``; every step uses the rate
+``schedule(iterations)``, where ``iterations`` counts the steps taken so far
+(from 0). The count is kept with the optimizer's state, so it is saved and
+restored with it (``model.save``, checkpoints, `BackupAndRestore`), and the
+schedule (as its config) is a param-group entry, so parameter-server tasks
+apply it too.
 ``optimizer.learning_rate`` reads the rate the next step will use.
 
 Example:

@@ -35,8 +35,8 @@ class KerasSGD(KerasTorchOptimizer):
         return {"momentum": torch.zeros_like(p)} if group["momentum"] else {}
 
     def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
-               step: int) -> None:
-        lr, momentum = float(group["lr"]), float(group["momentum"])
+               step: int, lr: float) -> None:
+        momentum = float(group["momentum"])
         if not momentum:
             p.sub_(g * lr)
             return
