@@ -41,8 +41,9 @@ class KerasSGD(KerasTorchOptimizer):
             p.sub_(g * lr)
             return
         m = state["momentum"]
-        m.copy_(m * momentum - g * lr)
-        p.add_(m * momentum - g * lr if group["nesterov"] else m)
+        scaled = g * lr
+        m.mul_(momentum).sub_(scaled)  # the same float32 roundings as m * momentum - g * lr
+        p.add_(m * momentum - scaled if group["nesterov"] else m)
 
 
 class SGD(Optimizer):
