@@ -155,7 +155,8 @@ def test_fit_under_mixed_float16_uses_dynamic_loss_scaling():
     x, y = _data()
     history = model.fit(x, y, batch_size=16, epochs=3, verbose=0)
     scaler = model._loss_scale_optimizer
-    assert isinstance(scaler, LossScaleOptimizer) and scaler.inner_optimizer is model.torch_optimizer
+    assert isinstance(scaler, LossScaleOptimizer) and scaler.torch_optimizer is model.torch_optimizer
+    assert model.optimizer is scaler and isinstance(scaler.inner_optimizer, distrib.optimizers.SGD)  # as Keras
     assert all(s[:2] == (True, torch.float16) for s in model.module.seen)
     assert all(p.dtype == torch.float32 for p in model.module.parameters())
     assert np.isfinite(history.history["loss"]).all()

@@ -29,19 +29,19 @@ def _classification_data(n=40, classes=3, seed=0):
 def test_compile_resolves_keras_names_with_keras_defaults():
     model = distrib.Model(torch.nn.Linear(4, 3))
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    assert isinstance(model.torch_optimizer, torch.optim.Adam)
+    assert isinstance(model.torch_optimizer, distrib.optimizers.KerasAdam)   # Keras's rule, a torch optimizer
     assert model.torch_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     assert model.metrics_names == ["loss", "accuracy"]
     assert type(model.metrics[1]).__name__ == "SparseCategoricalAccuracy"
 
     model.compile(optimizer="sgd", loss="binary_crossentropy", metrics=["accuracy", "mae"])
-    assert isinstance(model.torch_optimizer, torch.optim.SGD)
+    assert isinstance(model.torch_optimizer, distrib.optimizers.KerasSGD)
     assert model.torch_optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     assert type(model.metrics[1]).__name__ == "BinaryAccuracy"
     assert model.metrics_names == ["loss", "accuracy", "mae"]
 
     model.compile(loss="mse")  # Keras's default optimizer
-    assert isinstance(model.torch_optimizer, torch.optim.RMSprop)
+    assert isinstance(model.torch_optimizer, distrib.optimizers.KerasRMSprop)
 
 
 def test_compile_passes_torch_optimizer_and_loss_objects_through():

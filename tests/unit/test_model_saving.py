@@ -89,7 +89,7 @@ def test_builder_may_return_a_compiled_model_and_compile_false_skips_compiling(t
     model = build_and_compile()
     model.save(str(tmp_path / "m"))
     loaded = distrib.models.load_model(str(tmp_path / "m"))
-    assert loaded.compiled and isinstance(loaded.torch_optimizer, torch.optim.SGD)
+    assert loaded.compiled and isinstance(loaded.torch_optimizer, distrib.optimizers.KerasSGD)
     raw = distrib.models.load_model(str(tmp_path / "m"), compile=False)
     assert not raw.compiled
     np.testing.assert_array_equal(raw.get_weights()[0], model.get_weights()[0])

@@ -13,31 +13,63 @@ def linear():
 
 
 @pytest.mark.parametrize("name, torch_cls, expected", [
-    ("sgd", torch.optim.SGD, {"lr": 0.01, "momentum": 0.0, "nesterov": False, "weight_decay": 0}),
-    ("adam", torch.optim.Adam, {"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-7, "amsgrad": False,
-                                "weight_decay": 0.0}),
-    ("adamw", torch.optim.AdamW, {"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-7, "weight_decay": 0.004}),
-    ("rmsprop", torch.optim.RMSprop, {"lr": 0.001, "alpha": 0.9, "eps": 1e-7, "momentum": 0.0,
-                                      "centered": False, "weight_decay": 0}),
-    ("adagrad", torch.optim.Adagrad, {"lr": 0.001, "initial_accumulator_value": 0.1, "eps": 1e-7,
-                                      "weight_decay": 0}),
+    ("sgd", optimizers.KerasSGD, {"lr": 0.01, "momentum": 0.0, "nesterov": False, "weight_decay": None}),
+    ("adam", optimizers.KerasAdam, {"lr": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7,
+                                    "amsgrad": False, "weight_decay": None}),
+    ("adamw", optimizers.KerasAdam, {"lr": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7,
+                                     "weight_decay": 0.004}),
+    ("rmsprop", optimizers.KerasRMSprop, {"lr": 0.001, "rho": 0.9, "epsilon": 1e-7, "momentum": 0.0,
+                                          "centered": False}),
+    ("adagrad", optimizers.KerasAdagrad, {"lr": 0.001, "initial_accumulator_value": 0.1, "epsilon": 1e-7}),
+    ("nadam", optimizers.KerasNadam, {"lr": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}),
+    ("adamax", optimizers.KerasAdamax, {"lr": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}),
+    ("lion", optimizers.KerasLion, {"lr": 0.001, "beta_1": 0.9, "beta_2": 0.99}),
+    ("adadelta", optimizers.KerasAdadelta, {"lr": 0.001, "rho": 0.95, "epsilon": 1e-7}),
+    ("ftrl", optimizers.KerasFtrl, {"lr": 0.001, "learning_rate_power": -0.5, "initial_accumulator_value": 0.1}),
 ])
 def test_keras_defaults_land_in_torch_param_groups(name, torch_cls, expected):
     opt = optimizers.get(name)
     torch_opt = opt.build(linear().parameters())
     assert type(torch_opt) is torch_cls and opt.torch_optimizer is torch_opt
+    assert isinstance(torch_opt, torch.optim.Optimizer)
     group = torch_opt.param_groups[0]
     for key, value in expected.items():
         assert group[key] == pytest.approx(value), key
 
 
-def test_explicit_hyper_parameters_are_mapped():
+def test_torch_optimizer_rebuilds_from_its_class_and_defaults_like_a_ps_task():
+    """A ps task rebuilds an optimizer as ``cls(groups, **defaults)``: the Keras rule must survive that."""
     torch_opt = optimizers.RMSprop(learning_rate=0.01, rho=0.8, momentum=0.5, epsilon=1e-6,
-                                   centered=True).build(linear().parameters())
-    g = torch_opt.param_groups[0]
-    assert (g["lr"], g["alpha"], g["momentum"], g["eps"], g["centered"]) == (0.01, 0.8, 0.5, 1e-6, True)
-    g = optimizers.Adam(beta_1=0.5, beta_2=0.9, amsgrad=True).build(linear().parameters()).param_groups[0]
-    assert g["betas"] == (0.5, 0.9) and g["amsgrad"] is True
+                                   centered=True, clipnorm=1.0).build(linear().parameters())
+    defaults = {k: v for k, v in torch_opt.defaults.items() if k != "params"}
+    twin_param = torch.nn.Parameter(linear().weight.detach().clone())
+    twin = type(torch_opt)([twin_param], **defaults)
+    assert twin.param_groups[0]["centered"] is True and twin.param_groups[0]["clipnorm"] == 1.0
+    first = torch_opt.param_groups[0]["params"][0]
+    for g in (torch.full((2, 3), 0.5), torch.full((2, 3), -2.0)):
+        first.grad, twin_param.grad = g.clone(), g.clone()
+        torch_opt.step()
+        twin.step()
+    assert torch.equal(first.detach(), twin_param.detach())
+    assert sorted(torch_opt.state[first]) == ["average_gradient", "momentum", "step", "velocity"]
+
+
+def test_state_dict_round_trip_resumes_the_same_trajectory():
+    def run(steps, state=None):
+        p = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+        opt = optimizers.Nadam(learning_rate=0.1).build([p])
+        if state is not None:
+            p.data.copy_(state[0])
+            opt.load_state_dict(state[1])
+        for g in steps:
+            p.grad = torch.tensor(g)
+            opt.step()
+        return p, opt
+    grads = [[0.3, -0.1], [0.2, 0.4], [-1.0, 0.01], [0.5, 0.5]]
+    straight, _ = run(grads)
+    half, opt = run(grads[:2])
+    resumed, _ = run(grads[2:], (half.detach().clone(), opt.state_dict()))
+    assert torch.equal(straight.detach(), resumed.detach())
 
 
 def test_learning_rate_changes_reach_every_param_group():
@@ -132,8 +164,10 @@ def test_bad_arguments_are_one_clear_line():
         optimizers.SGD(clipnorm=1.0, clipvalue=1.0)
     with pytest.raises(ValueError, match="learning_rate must be a number >= 0"):
         optimizers.Adam(learning_rate=-1)
-    with pytest.raises(ValueError, match="nesterov=True needs momentum"):
-        optimizers.SGD(nesterov=True)
+    with pytest.raises(ValueError, match="gradient_accumulation_steps is not supported"):
+        optimizers.SGD(gradient_accumulation_steps=4)
+    with pytest.raises(ValueError, match="Lion: beta_1 must be in"):
+        optimizers.Lion(beta_1=0.0)
     with pytest.raises(TypeError, match="LearningRateScheduler"):
         optimizers.SGD(learning_rate=lambda step: 0.1)
     with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
@@ -186,3 +220,14 @@ def test_get_passes_torch_optimizers_through_and_serialises_built_ins():
     assert restored.get_config() == opt.get_config() and restored.learning_rate == 0.003
     with pytest.raises(ValueError, match="cannot deserialise optimizer class"):
         optimizers.deserialize({"class_name": "builtins.eval", "config": {}})
+
+
+def test_state_of_another_optimizer_class_is_one_clear_error():
+    p = torch.nn.Parameter(torch.ones(2))
+    torch_sgd = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.ones(2)
+    torch_sgd.step()
+    opt = optimizers.SGD(learning_rate=0.1, momentum=0.9).build([p])
+    opt.load_state_dict(torch_sgd.state_dict())
+    with pytest.raises(ValueError, match=r"KerasSGD: the loaded optimizer state has slots \['momentum_buffer'\]"):
+        opt.step()

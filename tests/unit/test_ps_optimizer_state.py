@@ -87,3 +87,46 @@ def test_load_state_dict_cuts_the_slots_back_onto_the_shards(setup):
 def test_writing_state_for_a_shard_the_optimizer_does_not_update_is_refused(setup):
     with pytest.raises(KeyError, match="does not update shard"):
         ps_server.write_optimizer_state(OPT, {(VAR + 1, 0): {"momentum_buffer": torch.zeros(1)}})
+
+
+def _adam():
+    from distrib import optimizers
+    return optimizers.Adam(learning_rate=0.1, weight_decay=0.05, amsgrad=True), "velocity_hat"
+
+
+def _scheduled_sgd():
+    from distrib import optimizers
+    schedule = optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    return optimizers.SGD(learning_rate=schedule, momentum=0.9), "momentum"
+
+
+@pytest.mark.parametrize("make", [_adam, _scheduled_sgd])
+def test_a_keras_rule_optimizer_on_two_ps_shards_matches_one_optimizer(make):
+    """distrib's Keras-named optimizers travel to ps tasks as (class, defaults): the split update is Keras's,
+    a learning-rate schedule included (the chief's per-step "lr" does not override it)."""
+    opt_id, var = OPT + 1, VAR + 1
+    torch.manual_seed(1)
+    start = torch.randn(5, 2)
+    reference = torch.nn.Parameter(start.clone())
+    spec, slot = make()
+    one = spec.build([reference])
+    defaults = {k: v for k, v in one.defaults.items() if k != "params"}
+    ps_server.create_variables([(var, 0), (var, 1)], [start[:3], start[3:]])
+    groups = [{**defaults, "keys": [(var, 0), (var, 1)]}]
+    ps_server.create_optimizer(opt_id, cloudpickle.dumps({"class": type(one), "defaults": defaults,
+                                                          "groups": groups}))
+    try:
+        for _ in range(3):
+            grad = torch.randn(5, 2)
+            ps_server.apply_gradients(opt_id, [(var, 0), (var, 1)], [grad[:3], grad[3:]], {0: {"lr": 0.1}})
+            reference.grad = grad
+            one.step()
+        held = ps_server.read_variables([(var, 0), (var, 1)])
+        torch.testing.assert_close(torch.cat(held), reference.detach(), rtol=0, atol=0)
+        state = ps_server.read_optimizer_state(opt_id)
+        torch.testing.assert_close(torch.cat([state[(var, 0)][slot], state[(var, 1)][slot]]),
+                                   one.state[reference][slot])
+    finally:
+        ps_server._OPTIMIZERS.pop(opt_id, None)
+        ps_server._VARIABLES.pop((var, 0), None)
+        ps_server._VARIABLES.pop((var, 1), None)

@@ -16,6 +16,7 @@ from distrib.callbacks.callback import Callback, CallbackList
 from distrib.callbacks.csv_logger import CSVLogger
 from distrib.callbacks.early_stopping import EarlyStopping
 from distrib.callbacks.history import History
+from distrib.callbacks.lambda_callback import LambdaCallback
 from distrib.callbacks.lr_scheduler import LearningRateScheduler
 from distrib.callbacks.monitor import MonitorCallback
 from distrib.callbacks.progbar import ProgbarLogger
@@ -35,6 +36,7 @@ __all__ = [
     "CSVLogger",
     "TensorBoard",
     "MonitorCallback",
+    "LambdaCallback",
 ]
 
 try:

@@ -16,7 +16,8 @@ When:
 
 With ``save_best_only=True`` a save happens only when ``monitor`` improves
 on the best value seen (``mode``: ``"auto"``/``"min"``/``"max"``; the first
-value must beat ``initial_value_threshold`` when given).
+value must beat ``initial_value_threshold`` when given). As in Keras, when
+``monitor`` is not logged at all the callback warns and saves anyway.
 
 Multi-worker: every worker runs the callback and takes the same decisions
 (the logs are global), every worker takes part in the save, and only the
@@ -109,15 +110,16 @@ class ModelCheckpoint(MonitorCallback):
         if self.save_best_only:
             current = self._monitored(logs)
             if current is None:
-                return
-            if not self._is_improvement(current, self.best):
+                pass  # Keras warns (in _monitored) and saves, as with save_best_only=False
+            elif not self._is_improvement(current, self.best):
                 if self.verbose > 0 and chief:
                     print(f"\nEpoch {epoch + 1}: {self.monitor} did not improve from {self._best_text()}", flush=True)
                 return
-            if self.verbose > 0 and chief:
-                print(f"\nEpoch {epoch + 1}: {self.monitor} improved from {self._best_text()} to {current:.5f}, "
-                      f"saving model to {path}", flush=True)
-            self.best = current
+            else:
+                if self.verbose > 0 and chief:
+                    print(f"\nEpoch {epoch + 1}: {self.monitor} improved from {self._best_text()} to {current:.5f}, "
+                          f"saving model to {path}", flush=True)
+                self.best = current
         elif self.verbose > 0 and chief:
             print(f"\nEpoch {epoch + 1}: saving model to {path}", flush=True)
         if self.save_weights_only:

@@ -1,8 +1,12 @@
-"""Keras-style dtype policies: ``float32``, ``mixed_bfloat16``, ``mixed_float16``.
+"""Keras-style dtype policies: ``float32``, ``float16``, ``bfloat16``, ``float64``, ``mixed_bfloat16``, ``mixed_float16``.
 
-A policy has a **variable dtype** (the parameters' dtype: always float32, the
-"master weights") and a **compute dtype** (what `torch.autocast` runs the
-forward pass in). ``Model.fit/evaluate/predict`` read the global policy at
+A policy has a **variable dtype** (the parameters' dtype) and a **compute
+dtype** (what the forward pass runs in), as Keras 3 defines them: a plain
+dtype name is both; ``mixed_*`` computes in float16/bfloat16 with float32
+variables (the "master weights"). Under a plain policy other than float32,
+``compile`` casts the module's floating parameters to that dtype (Keras
+creates the layers' variables in it) and inputs follow the parameters.
+Under a mixed policy the forward runs in `torch.autocast`. ``Model.fit/evaluate/predict`` read the global policy at
 each step: under a mixed policy the module's forward runs inside
 ``torch.autocast(device_type, dtype=compute_dtype)`` on the replica's device
 type, its outputs are cast back to float32, and the loss is computed in
@@ -31,6 +35,9 @@ __all__ = ["Policy", "PolicyError", "set_global_policy", "global_policy", "POLIC
 #: name -> (compute dtype, variable dtype)
 _POLICIES = {
     "float32": ("float32", "float32"),
+    "float16": ("float16", "float16"),
+    "bfloat16": ("bfloat16", "bfloat16"),
+    "float64": ("float64", "float64"),
     "mixed_bfloat16": ("bfloat16", "float32"),
     "mixed_float16": ("float16", "float32"),
 }
@@ -45,7 +52,8 @@ class Policy:
     """A dtype policy (``tf.keras.mixed_precision.Policy``).
 
     Args:
-        name: ``"float32"``, ``"mixed_bfloat16"`` or ``"mixed_float16"``.
+        name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"float64"``, ``"mixed_bfloat16"`` or
+            ``"mixed_float16"``.
 
     Raises:
         PolicyError: any other name.
@@ -69,7 +77,7 @@ class Policy:
 
     @property
     def variable_dtype(self) -> str:
-        """The parameters' dtype (always ``"float32"``)."""
+        """The parameters' dtype (``"float32"`` under the mixed policies)."""
         return self._variable
 
     @property
@@ -81,9 +89,13 @@ class Policy:
         return getattr(torch, self._compute)
 
     @property
+    def torch_variable_dtype(self) -> torch.dtype:
+        return getattr(torch, self._variable)
+
+    @property
     def needs_loss_scaling(self) -> bool:
-        """float16 gradients underflow without loss scaling; bfloat16's range does not."""
-        return self._compute == "float16"
+        """``mixed_float16`` only (Keras wraps the optimizer in a LossScaleOptimizer there and nowhere else)."""
+        return self._name == "mixed_float16"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and other.name == self.name

@@ -1,79 +1,100 @@
-"""`Adam` and `AdamW`: Keras's Adam variants, backed by ``torch.optim.Adam``/``AdamW``.
+"""`Adam` and `AdamW`: Keras's Adam (`KerasAdam` is their torch optimizer).
 
-Epsilon: Keras adds ``epsilon`` to ``sqrt(v)`` *before* bias correction (the
-"epsilon hat" of Kingma & Ba), torch adds ``eps`` after it. Keras's update
-equals torch's with ``eps = epsilon / sqrt(1 - beta_2**t)``, i.e. a slightly
-larger epsilon early in training (about 31.6x at step 1 with
-``beta_2=0.999``, tending to 1x). distrib passes ``epsilon`` through
-unchanged; the difference only shows for gradients near ``epsilon``.
+Keras adds ``epsilon`` to ``sqrt(v)`` with the bias correction folded into
+the step size (the "epsilon hat" of Kingma & Ba)::
 
-`Adam` with ``weight_decay`` applies Keras's decoupled decay (which makes it
-AdamW); `AdamW` uses torch's AdamW, whose decay ``w -= lr * wd * w`` is
-Keras's.
+    alpha = lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)
+    w -= alpha * m / (sqrt(v) + epsilon)
+
+torch's ``torch.optim.Adam`` adds ``eps`` after correcting ``v``, which is a
+smaller epsilon early in training (31.6x smaller at step 1 with
+``beta_2=0.999``); for gradients near ``epsilon`` the steps differ.
+`AdamW` is Adam with Keras's decoupled ``weight_decay`` (default 0.004)
+applied before the update, ``w -= w * weight_decay * lr``.
 
 Example:
-    >>> Adam()._torch_kwargs()
-    {'betas': (0.9, 0.999), 'eps': 1e-07, 'amsgrad': False, 'weight_decay': 0.0}
+    >>> Adam().build(model.parameters()).param_groups[0]["epsilon"]
+    1e-07
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import math
+from typing import Any, Dict, Iterable
 
 import torch
 
 from distrib.optimizers.base import Optimizer
+from distrib.optimizers.keras_torch import KerasTorchOptimizer, check_unit_interval
 
-__all__ = ["Adam", "AdamW"]
+__all__ = ["Adam", "AdamW", "KerasAdam"]
+
+
+class KerasAdam(KerasTorchOptimizer):
+    """torch optimizer computing Keras's Adam; slots ``"momentum"``, ``"velocity"`` (+ ``"velocity_hat"``)."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, amsgrad: bool = False, **base: Any) -> None:
+        super().__init__(params, {"lr": lr, "beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon,
+                                  "amsgrad": amsgrad, **base})
+
+    def init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> Dict[str, Any]:
+        state = {"momentum": torch.zeros_like(p), "velocity": torch.zeros_like(p)}
+        if group["amsgrad"]:
+            state["velocity_hat"] = torch.zeros_like(p)
+        return state
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
+               step: int, lr: float) -> None:
+        beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
+        alpha = lr * math.sqrt(1.0 - beta_2 ** step) / (1.0 - beta_1 ** step)
+        m, v = state["momentum"], state["velocity"]
+        m.add_((g - m) * (1.0 - beta_1))
+        v.add_((torch.square(g) - v) * (1.0 - beta_2))
+        if group["amsgrad"]:
+            v_hat = state["velocity_hat"]
+            torch.maximum(v_hat, v, out=v_hat)
+            v = v_hat
+        p.sub_((m * alpha) / (torch.sqrt(v) + float(group["epsilon"])))
 
 
 class Adam(Optimizer):
-    """Adam with Keras defaults.
+    """Adam with Keras defaults and Keras's epsilon placement.
 
     Args:
         learning_rate: defaults to 0.001.
         beta_1: decay of the first-moment estimate; defaults to 0.9.
         beta_2: decay of the second-moment estimate; defaults to 0.999.
-        epsilon: defaults to 1e-7 (see the module docstring for placement).
+        epsilon: defaults to 1e-7 ("epsilon hat", see the module docstring).
         amsgrad: use AMSGrad; defaults to False.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see `Optimizer`.
+        **kwargs: Keras's common options; see `Optimizer`.
     """
 
-    torch_class = torch.optim.Adam
+    torch_class = KerasAdam
     default_name = "adam"
 
     def __init__(self, learning_rate: float = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, amsgrad: bool = False, weight_decay: Optional[float] = None,
-                 clipnorm: Optional[float] = None, clipvalue: Optional[float] = None,
-                 global_clipnorm: Optional[float] = None, name: Optional[str] = None) -> None:
-        super().__init__(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, clipvalue=clipvalue,
-                         global_clipnorm=global_clipnorm, name=name)
-        for key, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= float(beta) < 1.0:
-                raise ValueError(f"{type(self).__name__}: {key} must be in [0, 1), got {beta!r}")
-        self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
+                 epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
+        super().__init__(learning_rate, **kwargs)
+        who = type(self).__name__
+        self.beta_1 = check_unit_interval(who, "beta_1", beta_1)
+        self.beta_2 = check_unit_interval(who, "beta_2", beta_2)
         self.epsilon = float(epsilon)
         self.amsgrad = bool(amsgrad)
 
     def _torch_kwargs(self) -> Dict[str, Any]:
-        decay = (self.weight_decay or 0.0) if self.native_weight_decay else 0.0
-        return {"betas": (self.beta_1, self.beta_2), "eps": self.epsilon, "amsgrad": self.amsgrad,
-                "weight_decay": decay}
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon, "amsgrad": self.amsgrad}
 
     def get_config(self) -> Dict[str, Any]:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
-                "epsilon": self.epsilon, "amsgrad": self.amsgrad}
+        return {**super().get_config(), **self._torch_kwargs()}
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Keras default ``weight_decay=0.004``; torch's is 0.01)."""
+    """Adam with decoupled weight decay (Keras default ``weight_decay=0.004``; torch's AdamW uses 0.01)."""
 
-    torch_class = torch.optim.AdamW
     default_name = "adamw"
-    native_weight_decay = True
 
     def __init__(self, learning_rate: float = 0.001, weight_decay: float = 0.004, beta_1: float = 0.9,
-                 beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False,
-                 clipnorm: Optional[float] = None, clipvalue: Optional[float] = None,
-                 global_clipnorm: Optional[float] = None, name: Optional[str] = None) -> None:
-        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, weight_decay=weight_decay,
-                         clipnorm=clipnorm, clipvalue=clipvalue, global_clipnorm=global_clipnorm, name=name)
+                 beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False, **kwargs: Any) -> None:
+        if weight_decay is None:
+            raise ValueError("AdamW: weight_decay must be a number >= 0, got None")
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, weight_decay=weight_decay, **kwargs)

@@ -1,35 +1,30 @@
-"""`Optimizer`: a Keras-named optimizer specification that builds a ``torch.optim`` optimizer.
+"""`Optimizer`: a Keras-named optimizer specification that builds a Keras-rule torch optimizer.
 
 A Keras optimizer is created before the model's parameters are known
 (``optimizer=distrib.optimizers.SGD(learning_rate=0.001)`` in ``compile``).
 A distrib optimizer is therefore a *spec*: it records Keras's
-hyper-parameters and `build` turns it into the torch optimizer once the
-parameters exist. After `build` it also behaves like that optimizer
-(``step``, ``zero_grad``, ``param_groups``, ``state_dict``), and its
-`learning_rate` reads and writes the torch param groups, which is how
-callbacks such as `LearningRateScheduler` change it mid-training.
+hyper-parameters and `build` turns it into a torch optimizer once the
+parameters exist — a `KerasTorchOptimizer` subclass whose ``step`` computes
+Keras 3's update (clipping, decoupled weight decay, EMA and the optimizer's
+own rule; see `distrib.optimizers.keras_torch`). After `build` the spec also
+behaves like that optimizer (``step``, ``zero_grad``, ``param_groups``,
+``state_dict``), and its `learning_rate` reads and writes the torch param
+groups, which is how callbacks such as `ReduceLROnPlateau` change it
+mid-training.
 
 Example:
     >>> opt = distrib.optimizers.SGD(learning_rate=0.1, momentum=0.9)
-    >>> torch_opt = opt.build(model.parameters())      # torch.optim.SGD(lr=0.1, momentum=0.9)
+    >>> torch_opt = opt.build(model.parameters())      # a KerasSGD (a torch.optim.Optimizer)
     >>> opt.learning_rate = 0.01                       # every param group's "lr" is now 0.01
     >>> torch_opt.param_groups[0]["lr"]
     0.01
 
-Keras features mapped onto torch:
-
-- ``weight_decay``: Keras decays *decoupled* (``w -= lr * wd * w`` before the
-  update) for every optimizer. torch's own ``weight_decay`` is an L2 term
-  added to the gradient for SGD/RMSprop/Adagrad/Adam, which differs once
-  momentum or adaptive scaling is involved, so distrib applies Keras's
-  decoupled decay itself in a step pre-hook (`AdamW` uses torch's AdamW,
-  which is exactly that).
-- ``clipnorm`` (per tensor), ``clipvalue`` and ``global_clipnorm`` clip the
-  gradients in the same pre-hook, with tensor ops only (no host sync).
-  The hook is registered on the optimizer instance, so it runs after torch's
-  *global* step pre-hooks, where distrib's strategies finish summing
-  gradients across replicas (`distrib.comm.optimizer_hook`): clipping and
-  decay see the global gradient and stay identical on every replica.
+Every step runs after torch's *global* step pre-hooks, where distrib's
+strategies finish summing gradients across replicas
+(`distrib.comm.optimizer_hook`): clipping and decay see the global gradient
+and stay identical on every replica. A learning-rate schedule travels in the
+param groups (as its config) and gives each step's rate from the step count
+kept with the optimizer's state.
 """
 from __future__ import annotations
 
@@ -38,6 +33,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 
 from distrib.optimizers import schedules
+from distrib.optimizers.keras_torch import BASE_DEFAULTS, KerasTorchOptimizer, check_unit_interval
 from distrib.optimizers.learning_rate import LearningRateValue
 
 __all__ = ["Optimizer"]
@@ -57,21 +53,27 @@ class Optimizer:
     Args:
         learning_rate: the learning rate: a float, or a `distrib.optimizers.schedules`
             schedule of the step (then ``learning_rate`` reads the current value).
-        weight_decay: decoupled weight decay, Keras-style (None for none).
+        weight_decay: decoupled weight decay ``w -= w * weight_decay * lr`` before each update (None for none).
         clipnorm: clip each gradient tensor to this L2 norm.
         clipvalue: clip each gradient element to ``[-clipvalue, clipvalue]``.
         global_clipnorm: clip all gradients together to this global L2 norm.
+        use_ema: keep an exponential moving average of the weights (Keras's EMA).
+        ema_momentum: the average's momentum (``avg = m * avg + (1 - m) * w``); defaults to 0.99.
+        ema_overwrite_frequency: overwrite the weights with the average every this many steps
+            (None: only at the end of ``fit``, or by `finalize_variable_values`).
+        loss_scale_factor: `scale_loss` multiplies the loss by it, the step divides the gradients by it.
+        gradient_accumulation_steps: not supported (one clear error).
         name: the optimizer's name.
     """
 
-    torch_class: type = torch.optim.Optimizer
+    torch_class: type = KerasTorchOptimizer
     default_name = "optimizer"
-    #: True when ``torch_class`` implements Keras's decoupled decay itself (AdamW).
-    native_weight_decay = False
 
     def __init__(self, learning_rate: float, *, weight_decay: Optional[float] = None,
                  clipnorm: Optional[float] = None, clipvalue: Optional[float] = None,
-                 global_clipnorm: Optional[float] = None, name: Optional[str] = None) -> None:
+                 global_clipnorm: Optional[float] = None, use_ema: bool = False, ema_momentum: float = 0.99,
+                 ema_overwrite_frequency: Optional[int] = None, loss_scale_factor: Optional[float] = None,
+                 gradient_accumulation_steps: Optional[int] = None, name: Optional[str] = None) -> None:
         self.name = name or self.default_name
         who = type(self).__name__
         if isinstance(learning_rate, dict) and "schedule" in learning_rate:
@@ -90,15 +92,32 @@ class Optimizer:
         self.global_clipnorm = _check_nonneg("global_clipnorm", global_clipnorm, who)
         if sum(v is not None for v in (clipnorm, clipvalue, global_clipnorm)) > 1:
             raise ValueError(f"{who}: only one of clipnorm, clipvalue and global_clipnorm can be set")
+        self.use_ema = bool(use_ema)
+        self.ema_momentum = check_unit_interval(who, "ema_momentum", ema_momentum, closed=True)
+        if ema_overwrite_frequency is not None and (isinstance(ema_overwrite_frequency, bool) or not isinstance(
+                ema_overwrite_frequency, int) or ema_overwrite_frequency < 1):
+            raise ValueError(f"{who}: ema_overwrite_frequency must be an int >= 1 or None, "
+                             f"got {ema_overwrite_frequency!r}")
+        self.ema_overwrite_frequency = ema_overwrite_frequency
+        self.loss_scale_factor = _check_nonneg("loss_scale_factor", loss_scale_factor, who)
+        if gradient_accumulation_steps not in (None, 1):
+            raise ValueError(f"{who}: gradient_accumulation_steps is not supported by distrib; accumulate "
+                             "with a larger global batch (or steps_per_execution) instead")
         self._torch: Optional[torch.optim.Optimizer] = None
 
     # ------------------------------------------------------------ build
     def _torch_kwargs(self) -> Dict[str, Any]:
-        """Keras hyper-parameters as ``torch_class`` keyword arguments (besides ``lr``)."""
+        """The optimizer's own hyper-parameters as ``torch_class`` keyword arguments (besides ``lr``)."""
         return {}
 
+    def _base_kwargs(self) -> Dict[str, Any]:
+        return {"weight_decay": self.weight_decay, "clipnorm": self.clipnorm, "clipvalue": self.clipvalue,
+                "global_clipnorm": self.global_clipnorm, "loss_scale_factor": self.loss_scale_factor,
+                "use_ema": self.use_ema, "ema_momentum": self.ema_momentum,
+                "ema_overwrite_frequency": self.ema_overwrite_frequency}
+
     def build(self, params: Iterable[Any]) -> torch.optim.Optimizer:
-        """Create the torch optimizer over ``params`` (parameters or param-group dicts).
+        """Create the torch optimizer (a `KerasTorchOptimizer`) over ``params`` (parameters or param-group dicts).
 
         Building again over the same parameters returns the same optimizer;
         an optimizer cannot be shared between models.
@@ -112,12 +131,9 @@ class Optimizer:
                 return self._torch
             raise ValueError(f"optimizer {self.name!r} is already built for other parameters; "
                              "create a new optimizer for each model")
-        opt = self.torch_class(params, lr=self._learning_rate, **self._torch_kwargs())
-        if self._needs_pre_hook():
-            opt.register_step_pre_hook(self._pre_step)
-        if self._schedule is not None:
-            opt.param_groups[0].setdefault("iterations", 0)
-            opt.register_step_post_hook(self._count_step)
+        schedule = None if self._schedule is None else schedules.serialize(self._schedule)
+        opt = self.torch_class(params, lr=self._learning_rate, learning_rate_schedule=schedule,
+                               **self._base_kwargs(), **self._torch_kwargs())
         self._torch = opt
         return opt
 
@@ -133,41 +149,22 @@ class Optimizer:
                                "or call build(model.parameters())")
         return self._torch
 
-    def _needs_pre_hook(self) -> bool:
-        decay = self.weight_decay and not self.native_weight_decay
-        return bool(decay or self.clipnorm is not None or self.clipvalue is not None
-                    or self.global_clipnorm is not None or self._schedule is not None)
-
-    def _count_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        optimizer.param_groups[0]["iterations"] = int(optimizer.param_groups[0].get("iterations", 0)) + 1
-
     @property
     def iterations(self) -> int:
-        """Steps taken so far (Keras's ``optimizer.iterations``; counted when a schedule is used)."""
+        """Steps taken so far (Keras's ``optimizer.iterations``)."""
         if self._torch is None:
             return 0
-        return int(self._torch.param_groups[0].get("iterations", 0))
+        steps = [int(s.get("step", 0)) for s in self._torch.state.values()]
+        return max(steps, default=0)
 
-    @torch.no_grad()
-    def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._schedule is not None:
-            self._set_group_lr(optimizer, float(self._schedule(int(optimizer.param_groups[0].get("iterations", 0)))))
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if grads:
-            if self.clipvalue is not None:
-                for grad in grads:
-                    grad.clamp_(-self.clipvalue, self.clipvalue)
-            elif self.clipnorm is not None:
-                norms = torch._foreach_norm(grads)
-                torch._foreach_mul_(grads, [self.clipnorm / n.clamp(min=self.clipnorm) for n in norms])
-            elif self.global_clipnorm is not None:
-                total = torch.linalg.vector_norm(torch.stack([n.to(torch.float32) for n in torch._foreach_norm(grads)]))
-                torch._foreach_mul_(grads, self.global_clipnorm / total.clamp(min=self.global_clipnorm))
-        if self.weight_decay and not self.native_weight_decay:
-            for group in optimizer.param_groups:
-                decayed = [p for p in group["params"] if p.grad is not None]
-                if decayed:
-                    torch._foreach_mul_(decayed, 1.0 - float(group["lr"]) * self.weight_decay)
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss * loss_scale_factor`` (the loss itself when no factor is set), as Keras."""
+        return loss if self.loss_scale_factor is None else loss * self.loss_scale_factor
+
+    def finalize_variable_values(self, var_list: Any = None) -> None:
+        """With ``use_ema``: set the weights to their moving averages (``fit`` calls it at the end)."""
+        if self._torch is not None and isinstance(self._torch, KerasTorchOptimizer):
+            self._torch.finalize_variable_values()
 
     # ---------------------------------------------------- learning rate
     @property
@@ -237,15 +234,15 @@ class Optimizer:
     def get_config(self) -> Dict[str, Any]:
         """JSON-serialisable constructor arguments (the current learning rate included)."""
         lr: Any = self.learning_rate if self._schedule is None else schedules.serialize(self._schedule)
-        return {"name": self.name, "learning_rate": lr, "weight_decay": self.weight_decay,
-                "clipnorm": self.clipnorm, "clipvalue": self.clipvalue, "global_clipnorm": self.global_clipnorm}
+        return {"name": self.name, "learning_rate": lr, **self._base_kwargs()}
 
     @classmethod
     def from_config(cls, config: Dict[str, Any]) -> "Optimizer":
         return cls(**config)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if v is not None)
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()
+                         if v is not None and not (k in BASE_DEFAULTS and v == BASE_DEFAULTS[k]))
         return f"{type(self).__name__}({args})"
 
 

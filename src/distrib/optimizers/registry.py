@@ -16,16 +16,18 @@ from typing import Any, Dict, Union
 
 import torch
 
-from distrib.optimizers.adagrad import Adagrad
+from distrib.optimizers.adadelta_ftrl import Adadelta, Ftrl
 from distrib.optimizers.adam import Adam, AdamW
+from distrib.optimizers.adam_variants import Adamax, Lion, Nadam
 from distrib.optimizers.base import Optimizer
-from distrib.optimizers.rmsprop import RMSprop
+from distrib.optimizers.rmsprop import Adagrad, RMSprop
 from distrib.optimizers.sgd import SGD
 
 __all__ = ["get", "serialize", "deserialize", "CLASSES", "ALIASES"]
 
-CLASSES: Dict[str, type] = {cls.__name__: cls for cls in (SGD, Adam, AdamW, RMSprop, Adagrad)}
-ALIASES: Dict[str, type] = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad}
+CLASSES: Dict[str, type] = {cls.__name__: cls for cls in (SGD, Adam, AdamW, RMSprop, Adagrad, Nadam, Adamax,
+                                                           Lion, Adadelta, Ftrl)}
+ALIASES: Dict[str, type] = {name.lower(): cls for name, cls in CLASSES.items()}
 
 
 def get(identifier: Any) -> Union[Optimizer, torch.optim.Optimizer]:
@@ -33,7 +35,8 @@ def get(identifier: Any) -> Union[Optimizer, torch.optim.Optimizer]:
 
     Args:
         identifier: ``"sgd"``, ``"adam"``, ``"adamw"``, ``"rmsprop"``,
-            ``"adagrad"`` (Keras defaults; class names also work), a distrib
+            ``"adagrad"``, ``"nadam"``, ``"adamax"``, ``"lion"``, ``"adadelta"``,
+            ``"ftrl"`` (Keras defaults; class names also work), a distrib
             `Optimizer`, a dict from `serialize`, or a ``torch.optim.Optimizer``
             (returned as is).
     """

@@ -1,61 +1,143 @@
-"""`RMSprop`: Keras's RMSprop, backed by ``torch.optim.RMSprop``.
+"""`RMSprop` and `Adagrad`: Keras's, epsilon inside the square root.
 
-Hyper-parameters map one to one (``rho`` -> ``alpha``, ``epsilon`` -> ``eps``,
-``momentum``, ``centered``). One numerical difference remains: Keras (Keras 3,
-and TF2's ``tf.keras`` through the fused ``ApplyRMSProp`` kernels) puts
-epsilon *inside* the square root, ``g / sqrt(v + eps)``; torch puts it
-outside, ``g / (sqrt(v) + eps)``. With Keras's ``epsilon=1e-7`` the two agree
-once ``sqrt(v)`` is well above ``sqrt(1e-7) ~ 3e-4``; for gradients smaller
-than that Keras takes smaller steps than torch. Keras's momentum form
-(``m = momentum * m + lr * g / rms``) equals torch's for a constant learning
-rate.
+Keras divides by ``sqrt(v + epsilon)``; torch's ``torch.optim.RMSprop`` and
+``Adagrad`` by ``sqrt(v) + eps``. With ``epsilon=1e-7`` the two differ once
+``sqrt(v)`` nears ``sqrt(1e-7) ~ 3e-4``: at a gradient of 2.4e-4 torch's
+RMSprop step is 4.2x Keras's, at 1e-5 about 100x. distrib computes Keras's.
+
+RMSprop (Keras)::
+
+    v = rho * v + (1 - rho) * g**2
+    a = rho * a + (1 - rho) * g                       # centered only
+    inc = lr * g / sqrt(v - a**2 + eps)   (centered)  or  lr * g / sqrt(v + eps)
+    m = momentum * m + inc; w -= m        (momentum)  or  w -= inc
+
+Adagrad (Keras): ``acc += g**2; w -= lr * g / sqrt(acc + eps)``, ``acc``
+starting at ``initial_accumulator_value``.
 
 Example:
     >>> RMSprop(learning_rate=0.001)._torch_kwargs()   # the seeds' custom-loop optimizer
-    {'alpha': 0.9, 'eps': 1e-07, 'momentum': 0.0, 'centered': False}
+    {'rho': 0.9, 'momentum': 0.0, 'epsilon': 1e-07, 'centered': False}
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable
 
 import torch
 
 from distrib.optimizers.base import Optimizer
+from distrib.optimizers.keras_torch import KerasTorchOptimizer, check_unit_interval
 
-__all__ = ["RMSprop"]
+__all__ = ["RMSprop", "Adagrad", "KerasRMSprop", "KerasAdagrad"]
+
+
+class KerasRMSprop(KerasTorchOptimizer):
+    """torch optimizer computing Keras's RMSprop; slots ``"velocity"`` (+ ``"momentum"``, ``"average_gradient"``)."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 0.001, rho: float = 0.9, momentum: float = 0.0,
+                 epsilon: float = 1e-7, centered: bool = False, **base: Any) -> None:
+        super().__init__(params, {"lr": lr, "rho": rho, "momentum": momentum, "epsilon": epsilon,
+                                  "centered": centered, **base})
+
+    def init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> Dict[str, Any]:
+        state = {"velocity": torch.zeros_like(p)}
+        if group["momentum"] > 0:
+            state["momentum"] = torch.zeros_like(p)
+        if group["centered"]:
+            state["average_gradient"] = torch.zeros_like(p)
+        return state
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
+               step: int, lr: float) -> None:
+        rho, eps = float(group["rho"]), float(group["epsilon"])
+        v = state["velocity"]
+        v.copy_(rho * v + (1.0 - rho) * torch.square(g))
+        if group["centered"]:
+            a = state["average_gradient"]
+            a.copy_(rho * a + (1.0 - rho) * g)
+            denominator = v - torch.square(a) + eps
+        else:
+            denominator = v + eps
+        increment = (lr * g) / torch.sqrt(denominator)
+        if group["momentum"] > 0:
+            m = state["momentum"]
+            m.copy_(float(group["momentum"]) * m + increment)
+            p.sub_(m)
+        else:
+            p.sub_(increment)
+
+
+class KerasAdagrad(KerasTorchOptimizer):
+    """torch optimizer computing Keras's Adagrad; slot ``"accumulator"``."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 0.001, initial_accumulator_value: float = 0.1,
+                 epsilon: float = 1e-7, **base: Any) -> None:
+        super().__init__(params, {"lr": lr, "initial_accumulator_value": initial_accumulator_value,
+                                  "epsilon": epsilon, **base})
+
+    def init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> Dict[str, Any]:
+        return {"accumulator": torch.full_like(p, float(group["initial_accumulator_value"]))}
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
+               step: int, lr: float) -> None:
+        acc = state["accumulator"]
+        acc.add_(torch.square(g))
+        p.sub_((lr * g) / torch.sqrt(acc + float(group["epsilon"])))
 
 
 class RMSprop(Optimizer):
-    """RMSprop with Keras defaults (torch's defaults differ: alpha 0.99, eps 1e-8, lr 0.01).
+    """RMSprop with Keras defaults (torch's differ: alpha 0.99, eps 1e-8, lr 0.01) and Keras's epsilon.
 
     Args:
         learning_rate: defaults to 0.001.
         rho: discount of the squared-gradient average; defaults to 0.9.
         momentum: defaults to 0.0.
-        epsilon: defaults to 1e-7 (see the module docstring for placement).
+        epsilon: defaults to 1e-7 (inside the square root).
         centered: normalise by the estimated variance; defaults to False.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see `Optimizer`.
+        **kwargs: Keras's common options; see `Optimizer`.
     """
 
-    torch_class = torch.optim.RMSprop
+    torch_class = KerasRMSprop
     default_name = "rmsprop"
 
     def __init__(self, learning_rate: float = 0.001, rho: float = 0.9, momentum: float = 0.0,
-                 epsilon: float = 1e-7, centered: bool = False, weight_decay: Optional[float] = None,
-                 clipnorm: Optional[float] = None, clipvalue: Optional[float] = None,
-                 global_clipnorm: Optional[float] = None, name: Optional[str] = None) -> None:
-        super().__init__(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, clipvalue=clipvalue,
-                         global_clipnorm=global_clipnorm, name=name)
-        if not 0.0 <= float(rho) < 1.0:
-            raise ValueError(f"RMSprop: rho must be in [0, 1), got {rho!r}")
-        self.rho = float(rho)
-        self.momentum = float(momentum)
+                 epsilon: float = 1e-7, centered: bool = False, **kwargs: Any) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.rho = check_unit_interval("RMSprop", "rho", rho)
+        self.momentum = check_unit_interval("RMSprop", "momentum", momentum, closed=True)
         self.epsilon = float(epsilon)
         self.centered = bool(centered)
 
     def _torch_kwargs(self) -> Dict[str, Any]:
-        return {"alpha": self.rho, "eps": self.epsilon, "momentum": self.momentum, "centered": self.centered}
+        return {"rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon, "centered": self.centered}
 
     def get_config(self) -> Dict[str, Any]:
-        return {**super().get_config(), "rho": self.rho, "momentum": self.momentum,
-                "epsilon": self.epsilon, "centered": self.centered}
+        return {**super().get_config(), **self._torch_kwargs()}
+
+
+class Adagrad(Optimizer):
+    """Adagrad with Keras defaults (torch's: lr 0.01, accumulator 0, eps 1e-10) and Keras's epsilon.
+
+    Args:
+        learning_rate: defaults to 0.001.
+        initial_accumulator_value: starting value of the squared-gradient sums; defaults to 0.1.
+        epsilon: defaults to 1e-7 (inside the square root).
+        **kwargs: Keras's common options; see `Optimizer`.
+    """
+
+    torch_class = KerasAdagrad
+    default_name = "adagrad"
+
+    def __init__(self, learning_rate: float = 0.001, initial_accumulator_value: float = 0.1,
+                 epsilon: float = 1e-7, **kwargs: Any) -> None:
+        super().__init__(learning_rate, **kwargs)
+        if float(initial_accumulator_value) < 0:
+            raise ValueError(f"Adagrad: initial_accumulator_value must be >= 0, got {initial_accumulator_value!r}")
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.epsilon = float(epsilon)
+
+    def _torch_kwargs(self) -> Dict[str, Any]:
+        return {"initial_accumulator_value": self.initial_accumulator_value, "epsilon": self.epsilon}
+
+    def get_config(self) -> Dict[str, Any]:
+        return {**super().get_config(), **self._torch_kwargs()}

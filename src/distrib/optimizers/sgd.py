@@ -1,51 +1,70 @@
-"""`SGD`: Keras's stochastic gradient descent, backed by ``torch.optim.SGD``.
+"""`SGD`: Keras's stochastic gradient descent (`KerasSGD` is its torch optimizer).
 
-Keras keeps a velocity ``m = momentum * m - lr * g`` and adds it to the
-weights; torch keeps ``b = momentum * b + g`` and subtracts ``lr * b``. With a
-constant learning rate the two produce identical weights (also with
-``nesterov=True``); after a learning-rate change torch applies the new rate to
-the whole accumulated buffer, Keras only to new gradients.
+Keras keeps a velocity ``v = momentum * v - lr * g`` and adds it to the
+weights (Nesterov: adds ``momentum * v - lr * g``). torch's ``torch.optim.SGD``
+keeps ``b = momentum * b + g`` and subtracts ``lr * b``: the same weights while
+the learning rate is constant, but after a change (a schedule,
+`ReduceLROnPlateau`) torch applies the new rate to the whole accumulated
+buffer and Keras only to new gradients. distrib computes Keras's rule.
 
 Example:
-    >>> opt = SGD(learning_rate=0.001)                 # the seeds' optimizer
-    >>> opt.build(model.parameters())
-    SGD (... lr: 0.001, momentum: 0.0, nesterov: False ...)
+    >>> opt = SGD(learning_rate=0.1, momentum=0.9)
+    >>> torch_opt = opt.build(model.parameters())     # a KerasSGD
+    >>> loss.backward(); torch_opt.step()              # v = 0.9 v - 0.1 g; w += v
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable
 
 import torch
 
 from distrib.optimizers.base import Optimizer
+from distrib.optimizers.keras_torch import KerasTorchOptimizer, check_unit_interval
 
-__all__ = ["SGD"]
+__all__ = ["SGD", "KerasSGD"]
+
+
+class KerasSGD(KerasTorchOptimizer):
+    """torch optimizer computing Keras's SGD; slot ``"momentum"`` (the velocity) when momentum > 0."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
+                 **base: Any) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum, "nesterov": nesterov, **base})
+
+    def init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> Dict[str, Any]:
+        return {"momentum": torch.zeros_like(p)} if group["momentum"] else {}
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
+               step: int, lr: float) -> None:
+        momentum = float(group["momentum"])
+        if not momentum:
+            p.sub_(g * lr)
+            return
+        m = state["momentum"]
+        scaled = g * lr
+        m.mul_(momentum).sub_(scaled)  # the same float32 roundings as m * momentum - g * lr
+        p.add_(m * momentum - scaled if group["nesterov"] else m)
 
 
 class SGD(Optimizer):
-    """Gradient descent with optional (Nesterov) momentum; Keras defaults.
+    """Gradient descent with optional (Nesterov) momentum; Keras defaults and Keras's velocity rule.
 
     Args:
         learning_rate: defaults to 0.01.
         momentum: defaults to 0.0.
         nesterov: use Nesterov momentum; defaults to False.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see `Optimizer`.
+        **kwargs: Keras's common options (``weight_decay``, ``clipnorm``, ``clipvalue``,
+            ``global_clipnorm``, ``use_ema``, ``ema_momentum``, ``ema_overwrite_frequency``,
+            ``loss_scale_factor``, ``name``); see `Optimizer`.
     """
 
-    torch_class = torch.optim.SGD
+    torch_class = KerasSGD
     default_name = "SGD"
 
     def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: Optional[float] = None, clipnorm: Optional[float] = None,
-                 clipvalue: Optional[float] = None, global_clipnorm: Optional[float] = None,
-                 name: Optional[str] = None) -> None:
-        super().__init__(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, clipvalue=clipvalue,
-                         global_clipnorm=global_clipnorm, name=name)
-        if not 0.0 <= float(momentum) <= 1.0:
-            raise ValueError(f"SGD: momentum must be in [0, 1], got {momentum!r}")
-        if nesterov and not momentum:
-            raise ValueError("SGD: nesterov=True needs momentum > 0")
-        self.momentum = float(momentum)
+                 **kwargs: Any) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.momentum = check_unit_interval("SGD", "momentum", momentum, closed=True)
         self.nesterov = bool(nesterov)
 
     def _torch_kwargs(self) -> Dict[str, Any]:

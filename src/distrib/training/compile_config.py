@@ -220,6 +220,10 @@ def resolve_optimizer(identifier: Any, params: Sequence[torch.nn.Parameter]) -> 
     if isinstance(identifier, torch.optim.Optimizer):
         return identifier, identifier
     from distrib import optimizers
+    from distrib.mixed_precision import LossScaleOptimizer
+
+    if isinstance(identifier, LossScaleOptimizer):
+        return identifier, identifier.build(params)
 
     if callable(identifier) and not hasattr(identifier, "build") and getattr(identifier, "__name__", "").startswith("torch.optim."):
         opt = identifier(params)

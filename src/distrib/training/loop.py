@@ -127,8 +127,10 @@ class TrainingLoop:
                 raise ValueError("compile(metrics=...) without a loss: give compile(loss=...) too")
             placeholder = self.compiled_loss or CompiledLoss("mse", None)
             self.compiled_metrics = CompiledMetrics(metrics, placeholder)
+            step_fns.apply_variable_dtype(self.module)
             params = [p for p in self.module.parameters() if p.requires_grad]
             self.optimizer, self.torch_optimizer = resolve_optimizer(optimizer, params)
+            self.loss_scale_optimizer = step_fns.wrap_for_loss_scaling(self)
         self.loss_tracker = LossTracker(self.strategy)
         self.steps_per_execution = steps_per_execution
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
@@ -243,6 +245,9 @@ class TrainingLoop:
                 if self.stop_training:
                     break
             state.attach_iterator(None)
+            finalize = getattr(self.optimizer, "finalize_variable_values", None)
+            if finalize is not None and epochs > initial_epoch:
+                finalize(None)  # use_ema: the weights become their moving averages, as Keras's fit does
             cbs.on_train_end(logs)
         return self.history
 

@@ -27,7 +27,8 @@ from distrib.utils.nest import flatten, map_structure
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.training.loop import TrainingLoop
 
-__all__ = ["unpack", "call_module", "train_step", "test_step", "predict_step", "regularization_loss"]
+__all__ = ["unpack", "call_module", "train_step", "test_step", "predict_step", "regularization_loss",
+           "wrap_for_loss_scaling", "apply_variable_dtype"]
 
 
 def unpack(data: Any) -> Tuple[Any, Any, Any]:
@@ -194,17 +195,46 @@ def _train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torc
 
 
 def _loss_scaler(loop: "TrainingLoop") -> Any:
-    """The loop's `LossScaleOptimizer` under ``mixed_float16`` (made on first use), else None."""
+    """The `LossScaleOptimizer` the step goes through: ``model.optimizer`` when it is one (as Keras
+    makes it under ``mixed_float16``), else one made on first use under ``mixed_float16``, else None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
 
+    if isinstance(getattr(loop, "optimizer", None), LossScaleOptimizer):
+        return loop.optimizer
     if not global_policy().needs_loss_scaling:
         return None
     opt = loop.torch_optimizer
     scaler = loop.loss_scale_optimizer
-    if scaler is None or scaler.inner_optimizer is not opt:
+    if scaler is None or scaler.torch_optimizer is not opt:
         scaler = LossScaleOptimizer(opt)  # type: ignore[arg-type]
         loop.loss_scale_optimizer = scaler
     return scaler
+
+
+def apply_variable_dtype(module: torch.nn.Module) -> None:
+    """At compile: under a plain ``float16``/``bfloat16``/``float64`` policy cast the floating parameters
+    and buffers to it (Keras creates the variables in the policy's variable dtype)."""
+    from distrib.mixed_precision import global_policy
+
+    policy = global_policy()
+    if policy.is_mixed or policy.name == "float32":
+        return
+    dtype = policy.torch_variable_dtype
+    if any(p.is_floating_point() and p.dtype != dtype for p in module.parameters()):
+        module.to(dtype)
+
+
+def wrap_for_loss_scaling(loop: "TrainingLoop") -> Any:
+    """At compile: under ``mixed_float16`` wrap ``loop.optimizer`` in a `LossScaleOptimizer` (Keras does);
+    returns the loop's `LossScaleOptimizer` or None."""
+    from distrib.mixed_precision import LossScaleOptimizer, global_policy
+
+    if isinstance(loop.optimizer, LossScaleOptimizer):
+        return loop.optimizer
+    if not global_policy().needs_loss_scaling:
+        return None
+    loop.optimizer = LossScaleOptimizer(loop.optimizer)
+    return loop.optimizer
 
 
 def test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:

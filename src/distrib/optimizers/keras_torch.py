@@ -1,0 +1,193 @@
+"""`KerasTorchOptimizer`: a ``torch.optim.Optimizer`` whose ``step`` computes Keras 3's update.
+
+distrib's Keras-named optimizers (`distrib.optimizers.SGD`, ``Adam``, ...)
+build one of these subclasses. It is a plain torch optimizer: it acts on
+``torch.nn.Parameter`` objects, runs torch's step hooks (where distrib's
+strategies finish summing gradients across replicas), keeps its slots in
+``state[param]`` (so ``state_dict``/``load_state_dict``, checkpoints and the
+parameter-server tasks handle it like any torch optimizer), and every
+hyper-parameter is a param-group entry (so a ``ps`` task rebuilds it as
+``cls(groups, **defaults)`` and the learning rate a callback sets travels
+with each step).
+
+One ``step`` does what Keras 3's ``Optimizer.apply`` does, in Keras's order:
+
+1. gradients are cast to the parameter's dtype and divided by
+   ``loss_scale_factor`` (if set);
+2. clipped: ``clipnorm`` per tensor, else ``global_clipnorm`` over all
+   gradients of the optimizer, else ``clipvalue`` element-wise;
+3. decoupled weight decay ``w -= w * weight_decay * lr``;
+4. the optimizer's own rule (`update`), with ``step`` = Keras's
+   ``iterations + 1`` and the learning rate ``lr``, or
+   ``learning_rate_schedule(iterations)`` when the group has a schedule
+   (its JSON config, so it travels to ps tasks and into checkpoints);
+5. with ``use_ema``: the moving average of the weights, overwriting the
+   weights every ``ema_overwrite_frequency`` steps.
+
+The gradients in ``param.grad`` are left as they were. Keras counts
+``iterations`` per optimizer; here each parameter counts its own steps
+(``state[p]["step"]``), which is the same number whenever every parameter
+gets a gradient at every step (the parameter-server tasks each hold only
+some parameters, so a per-parameter count is what they can keep).
+
+Example:
+    >>> opt = KerasSGD(model.parameters(), lr=0.1, momentum=0.9)
+    >>> loss.backward(); opt.step()        # velocity = 0.9 * velocity - lr * g; w += velocity
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import torch
+
+from distrib.optimizers import schedules
+
+__all__ = ["KerasTorchOptimizer", "BASE_DEFAULTS"]
+
+#: Keras's base-optimizer options and their defaults (every subclass accepts them).
+BASE_DEFAULTS: Dict[str, Any] = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "clipvalue": None,
+    "global_clipnorm": None,
+    "loss_scale_factor": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "learning_rate_schedule": None,
+}
+
+
+class KerasTorchOptimizer(torch.optim.Optimizer):
+    """Base class: subclasses define `init_state` and `update` (one parameter, one step).
+
+    Args:
+        params: parameters or param-group dicts.
+        defaults: every hyper-parameter (``lr`` included); `BASE_DEFAULTS` fill the missing ones.
+    """
+
+    def __init__(self, params: Iterable[Any], defaults: Dict[str, Any]) -> None:
+        super().__init__(params, {**BASE_DEFAULTS, **defaults})
+
+    # ------------------------------------------------------------ subclass API
+    def init_state(self, p: torch.Tensor, group: Dict[str, Any]) -> Dict[str, Any]:
+        """The slots of a parameter before its first step (zeros of its shape, usually)."""
+        return {}
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any],
+               step: int, lr: float) -> None:
+        """Apply Keras's ``update_step`` to ``p`` in place (``step`` is Keras's ``iterations + 1``)."""
+        raise NotImplementedError
+
+    def _schedule_of(self, group: Dict[str, Any]) -> Any:
+        """The group's learning-rate schedule (kept in the group as its JSON config), or None."""
+        config = group.get("learning_rate_schedule")
+        if config is None:
+            return None
+        key = json.dumps(config, sort_keys=True)
+        cache = self.__dict__.setdefault("_schedules", {})
+        if key not in cache:
+            cache[key] = schedules.deserialize(config)
+        return cache[key]
+
+    # ------------------------------------------------------------------ step
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        work = []  # (group, params, grads)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            grads = [p.grad.to(p.dtype) for p in params]
+            factor = group.get("loss_scale_factor")
+            if factor is not None:
+                grads = [g / factor for g in grads]
+            work.append((group, params, grads))
+        _clip(work)
+        for group, params, grads in work:
+            schedule = self._schedule_of(group)
+            wd = group.get("weight_decay")
+            lr = float(group["lr"])
+            for p, g in zip(params, grads):
+                state = self.state[p]
+                if not state:
+                    state.update(self.init_state(p, group))
+                    state["step"] = 0
+                    if group.get("use_ema"):
+                        state["average"] = torch.zeros_like(p)
+                elif "step" not in state:
+                    raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, "
+                                     f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
+                                     "checkpoint of another optimizer class?)")
+                iterations = int(state["step"])
+                if schedule is not None:
+                    lr = float(schedule(iterations))
+                if wd:
+                    p.sub_(p * wd * lr)
+                self.update(p, g, state, group, iterations + 1, lr)
+                if group.get("use_ema"):
+                    _update_ema(p, state, group, iterations)
+                state["step"] = iterations + 1
+            if schedule is not None and params:
+                group["lr"] = lr
+        return loss
+
+    def finalize_variable_values(self) -> None:
+        """With ``use_ema``: overwrite each parameter with its moving average (Keras does this after ``fit``)."""
+        with torch.no_grad():
+            for group in self.param_groups:
+                if not group.get("use_ema"):
+                    continue
+                for p in group["params"]:
+                    average = self.state.get(p, {}).get("average")
+                    if average is not None:
+                        p.copy_(average)
+
+
+def _clip(work: List[Any]) -> None:
+    """Keras's ``_clip_gradients`` over every group's gradients (replaced in ``work``)."""
+    all_grads = [g for _, _, grads in work for g in grads]
+    if not all_grads:
+        return
+    first = work[0][0]
+    if first.get("global_clipnorm"):
+        clip_norm = float(first["global_clipnorm"])
+        norm = torch.sqrt(torch.stack([torch.sum(torch.square(g)).to(torch.float32) for g in all_grads]).sum())
+        scale = clip_norm * torch.minimum(1.0 / norm, torch.tensor(1.0 / clip_norm)) + (norm - norm)
+        for index, (group, params, grads) in enumerate(work):
+            work[index] = (group, params, [g * scale.to(g.dtype) for g in grads])
+        return
+    for index, (group, params, grads) in enumerate(work):
+        if group.get("clipnorm"):
+            work[index] = (group, params, [_clip_by_norm(g, float(group["clipnorm"])) for g in grads])
+        elif group.get("clipvalue"):
+            v = float(group["clipvalue"])
+            work[index] = (group, params, [g.clamp(-v, v) for g in grads])
+
+
+def _clip_by_norm(g: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """``tf.clip_by_norm``: ``g * clip_norm / max(||g||, clip_norm)`` (a zero gradient stays zero)."""
+    l2sum = torch.sum(torch.square(g))
+    l2norm = torch.where(l2sum > 0, torch.sqrt(torch.where(l2sum > 0, l2sum, torch.ones_like(l2sum))), l2sum)
+    return g * clip_norm / torch.clamp(l2norm, min=clip_norm)
+
+
+def _update_ema(p: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any], iterations: int) -> None:
+    momentum = float(group["ema_momentum"]) if iterations != 0 else 0.0
+    average = state["average"]
+    average.copy_(momentum * average + (1.0 - momentum) * p)
+    frequency = group.get("ema_overwrite_frequency")
+    if frequency and (iterations + 1) % int(frequency) == 0:
+        p.copy_(average)
+
+
+def check_unit_interval(who: str, name: str, value: float, closed: bool = False) -> float:
+    """``value`` as a float in ``[0, 1)`` (``[0, 1]`` when ``closed``), else one ValueError line."""
+    value = float(value)
+    if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0) or math.isnan(value):
+        raise ValueError(f"{who}: {name} must be in [0, 1{']' if closed else ')'}, got {value!r}")
+    return value
