@@ -64,7 +64,7 @@ FORMS = {
 }
 
 
-@pytest.mark.parametrize("form", [pytest.param(f, marks=() if i < 2 else pytest.mark.slow)
+@pytest.mark.parametrize("form", [pytest.param(f, marks=() if i < 1 else pytest.mark.slow)
                                   for i, f in enumerate(FORMS)])
 def test_replica_1_starts(form, tmp_path):
     _layout(tmp_path)
