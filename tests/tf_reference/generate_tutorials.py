@@ -1,4 +1,4 @@
-"""Record what TF's "Distributed input" tutorial prints under TensorFlow 2.21, as JSON.
+"""Record what TF's distribute tutorials print under TensorFlow 2.21, as JSON.
 
 Run with the TensorFlow virtual environment (never distrib's):
 
@@ -8,6 +8,8 @@ It runs `tutorial_input_tf.py` three ways and writes
 ``tests/data/tf_reference/tutorial_distributed_input.json``: ``alone``
 (MirroredStrategy on one CPU), ``mirrored_2_devices`` (2 virtual CPUs) and
 ``multi_worker_2_workers`` (a list: each worker's lines, worker 0 first).
+With ``keras`` as argument it only runs `tutorial_keras_tf.py` (the Keras
+tutorial's learning rates) and writes ``tutorial_keras_distributed.json``.
 """
 import json
 import os
@@ -30,8 +32,8 @@ def _result(stdout):
     return json.loads(lines[0][len("RESULT "):])
 
 
-def _run(mode, env=None):
-    proc = subprocess.run([sys.executable, SCRIPT, mode], capture_output=True, text=True, timeout=900,
+def _run(mode, env=None, script=SCRIPT):
+    proc = subprocess.run([sys.executable, script, mode], capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, **(env or {})))
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
@@ -54,6 +56,13 @@ def _workers():
 
 def main():
     import tensorflow as tf
+
+    if sys.argv[1:] == ["keras"]:
+        record = {"tensorflow": tf.__version__, **_run("alone", script=str(HERE / "tutorial_keras_tf.py"))}
+        keras_out = OUT.with_name("tutorial_keras_distributed.json")
+        keras_out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {keras_out}")
+        return
 
     record = {"tensorflow": tf.__version__, "alone": _run("1"), "mirrored_2_devices": _run("2"),
               "multi_worker_2_workers": _workers()}
