@@ -108,3 +108,16 @@ def test_outside_scope_under_launch_adopted_mirrored(tmp_path):
     _assert_same(_weights(out, 0, 2), reference)
     _assert_same(_weights(out, 1, 2), reference)
     assert (out / "log.csv").read_text().splitlines() == (single / "log.csv").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_differently_seeded_processes_stop_with_one_line(tmp_path):
+    script = tmp_path / "seeded.py"
+    script.write_text(SCRIPT.replace("torch.manual_seed(0)", "torch.manual_seed(strategy.replica_id)"))
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "cpu:0,cpu:1"], cwd=str(tmp_path),
+                          env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert "DivergedReplicasError: model.fit(): the model (created outside any strategy scope) has different " \
+           "weights in local replica processes 0 and 1" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "log.csv").exists()                        # stopped before training

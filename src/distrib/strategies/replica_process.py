@@ -20,6 +20,9 @@ processes is marked as a *local-replica process* of the program:
   callbacks' logs) are written by replica 0 alone (the others write to
   private temporary paths, as every non-chief does) and progress is printed
   by replica 0 alone;
+* the model's weights are compared when such training starts (one
+  fingerprint per process): processes that would train differently (seeded
+  from the process id, say) stop with `DivergedReplicasError`;
 * a save by such a strategy ends together in every replica process (a
   barrier on the job's collective), so a ``load_model`` right after it reads
   the complete file in every process.
@@ -36,10 +39,20 @@ Example (2 local CPU replicas; both processes run every line):
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["LocalReplicaProcess", "mark", "current", "writes_side_effects", "settle"]
+import torch
+
+from distrib.errors import DistribError
+
+__all__ = ["LocalReplicaProcess", "DivergedReplicasError", "mark", "current", "writes_side_effects", "settle",
+           "check_same_weights"]
+
+
+class DivergedReplicasError(DistribError, RuntimeError):
+    """Unreplicated code would run differently in the local replica processes (raised in each)."""
 
 
 @dataclass(frozen=True)
@@ -85,3 +98,28 @@ def settle() -> None:
     here = current()
     if here is not None:
         here.collective.barrier()
+
+
+def check_same_weights(module: torch.nn.Module, what: str) -> None:
+    """In a local-replica process, raise `DivergedReplicasError` unless ``module`` is the same in every one.
+
+    A collective: every local-replica process calls it at the same point (the
+    same code runs in each).
+    """
+    here = current()
+    if here is None:
+        return
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        if isinstance(tensor, torch.nn.parameter.UninitializedParameter):
+            continue
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    prints = here.collective.all_gather_json(digest.hexdigest())
+    odd = next((i for i, p in enumerate(prints) if p != prints[0]), None)
+    if odd is not None:
+        raise DivergedReplicasError(
+            f"{what}: the model (created outside any strategy scope) has different weights in local replica "
+            f"processes 0 and {odd}, so they would train differently where TF trains once; seed torch the same "
+            "way in every process before creating it (torch.manual_seed at the top of the program), or create "
+            "it inside `with strategy.scope():`")

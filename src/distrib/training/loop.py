@@ -161,8 +161,9 @@ class TrainingLoop:
                 "`with strategy.scope():`")
 
     def _unreplicated_training(self) -> Any:
-        """An unreplicated model trained in a local-replica process trains there on purpose (replica_process)."""
+        """An unreplicated model trained in a local-replica process trains there on purpose (replica_process); its weights must agree."""
         if self.strategy.num_replicas_in_sync == 1 and replica_process.current() is not None:
+            replica_process.check_same_weights(self.module, "model.fit()")
             return unreplicated_steps()
         return contextlib.nullcontext()
 
