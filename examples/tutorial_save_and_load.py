@@ -20,6 +20,13 @@ Differences from the TF original, all forced by the environment or by PyTorch:
   torch module does not know its input shape, so the export is given an
   ``input_signature`` (the batch dimension ``None``: any size).
 * The ``hub.KerasLayer`` section is left out (TensorFlow Hub).
+* Code outside every scope (``load_model`` then ``fit``, the subclassed
+  model's ``compile``/``fit``/``save``) runs on the default strategy, as in
+  TF; with 2 CPU replicas or under ``distrib launch`` the program runs in 2
+  replica processes, and that code trains identically in both while files
+  and output come from replica 0 (`distrib.strategies.replica_process`).
+* A torch module becomes a Keras-style model by wrapping it:
+  ``distrib.Model(module)``.
 """
 import os
 
@@ -93,22 +100,13 @@ eval_batch = next(iter(eval_dataset.map(lambda image, label: image)))
 say("restored predictions match:",
     bool(np.allclose(restored_keras_model.predict(eval_batch, verbose=0), model.predict(eval_batch, verbose=0),
                      atol=1e-5)))
-# distrib difference: in a job of several replica processes (2 CPU replicas, `distrib launch`), training a
-# model that is not replicated is refused (each process would train alone); such a model can evaluate/predict.
-ALONE = mirrored_strategy.num_replicas_in_sync == 1
-if ALONE:
-  restored_keras_model.fit(train_dataset, epochs=EPOCHS)
-else:
-  say("unreplicated model evaluates:", restored_keras_model.evaluate(eval_dataset, verbose=0))
+restored_keras_model.fit(train_dataset, epochs=EPOCHS)   # outside any scope: the default strategy
 
 # Restore the model under another strategy:
 another_strategy = distrib.OneDeviceStrategy('/cpu:0')
 with another_strategy.scope():
   restored_keras_model_ds = distrib.models.load_model(keras_model_path)
-  if ALONE:
-    restored_keras_model_ds.fit(train_dataset, epochs=EPOCHS)
-  else:
-    say("OneDeviceStrategy model evaluates:", restored_keras_model_ds.evaluate(eval_dataset, verbose=0))
+  restored_keras_model_ds.fit(train_dataset, epochs=EPOCHS)
 
 # ------------------------------------------------------- The tf.saved_model API
 model = get_model()  # get a fresh model
@@ -175,3 +173,19 @@ distrib.saved_model.save(my_model, os.path.join(OUT, 'subclassed'),
                          input_signature=[distrib.TensorSpec(shape=(None, 5), dtype=torch.float32)])
 x = distrib.saved_model.load(os.path.join(OUT, 'subclassed'))
 say("subclassed signatures:", list(x.signatures))
+
+# A subclassed model built and trained outside any scope (TF: on the default strategy), then saved:
+BATCH_SIZE_PER_REPLICA = 4
+BATCH_SIZE = BATCH_SIZE_PER_REPLICA * mirrored_strategy.num_replicas_in_sync
+
+dataset_size = 100
+dataset = distrib.data.Dataset.from_tensors(
+    (torch.arange(5, dtype=torch.float32), torch.arange(5, dtype=torch.float32))
+).repeat(dataset_size).batch(BATCH_SIZE)
+
+my_model = distrib.Model(my_model)
+my_model.compile(optimizer='adam', loss='mean_squared_error')
+history = my_model.fit(dataset, epochs=2)
+say("subclassed fit losses:", [round(v, 4) for v in history.history['loss']])
+my_model.save(os.path.join(OUT, 'subclassed.keras'))
+say("subclassed model saved:", os.path.isdir(os.path.join(OUT, 'subclassed.keras')))

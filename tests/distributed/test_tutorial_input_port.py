@@ -2,9 +2,13 @@
 
 Alone (1 replica), as ``MirroredStrategy`` with two local CPU devices (by
 ``--devices 2`` and by ``DISTRIB_LOCAL_DEVICES``), and under
-``distrib launch --workers 2``; the assertions read what the script prints.
+``distrib launch --workers 2``; the assertions read what the script prints
+and compare every printed value with what TensorFlow 2.21 prints for the
+same cells (``tests/data/tf_reference/tutorial_distributed_input.json``,
+written by ``tests/tf_reference/generate_tutorials.py``).
 """
 import ast
+import json
 import os
 import re
 import subprocess
@@ -16,6 +20,29 @@ import pytest
 from distrib.testing import run_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tutorial_distributed_input.py"
+TF_REFERENCE = Path(__file__).resolve().parents[1] / "data" / "tf_reference" / "tutorial_distributed_input.json"
+
+
+def _tf(mode):
+    return json.loads(TF_REFERENCE.read_text())[mode]
+
+
+def _plain(value):
+    """Tuples as lists, dict keys as strings: what the JSON reference holds."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _matches_tensorflow(output, tf_record):
+    """Every value TF printed, printed alike by the port (and as many ``Loss is`` lines)."""
+    for key, values in tf_record.items():
+        if key == "Loss is":
+            assert len(re.findall(r"^Loss is", output, re.M)) == values[0]
+        else:
+            assert [_plain(v) for v in _lines(output, key + ":")] == values, key
 
 
 def _run(args=(), env=None):
@@ -42,6 +69,7 @@ def test_alone_is_one_replica():
     assert _lines(out, "optional:") == [[[0, 1, 2, 3]], [[4, 5, 6, 7]], [[8]]]
     assert _lines(out, "lookup:") == [[[1, 3, 0, 1]], [[3, 0, 1, 3]], [[0, 1, 3, 0]]]   # a, c, e(OOV)
     assert _predicted(out) == {i: 2 * i for i in range(24)}
+    _matches_tensorflow(out, _tf("alone"))
     assert _lines(out, "values:") == [[0]] * 4
     assert _lines(out, "generator:") == [((4,),)] * 4
     assert len(re.findall(r"^Loss is", out, re.M)) == 7 + 50     # for-loop over 100/16 batches, then 10 x 5 steps
@@ -56,6 +84,7 @@ def test_mirrored_two_local_devices(how):
     # dataset_fn: one pipeline, batches of 2 dealt to the two local replicas in turn
     assert _lines(out, "lookup:") == [[[1, 3], [0, 1]], [[3, 0], [1, 3]], [[0, 1], [3, 0]]]
     assert _predicted(out) == {i: 2 * i for i in range(24)}                  # local results keep all
+    _matches_tensorflow(out, _tf("mirrored_2_devices"))
     assert _lines(out, "values:") == [[0, 1]] * 4
     assert _lines(out, "generator:") == [((2,), (2,))] * 4
 
@@ -64,6 +93,8 @@ def test_two_workers_under_launch():
     result = run_script(str(EXAMPLE), num_workers=2, timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.output[-3000:]
     outs = [result.outputs[f"worker {w}"] for w in range(2)]
+    for out, tf_worker in zip(outs, _tf("multi_worker_2_workers")):
+        _matches_tensorflow(out, tf_worker)
     for w, out in enumerate(outs):
         assert _lines(out, "num_replicas_in_sync:") == [2]
         assert _lines(out, "values:") == [[w]] * 4                       # replica id per worker

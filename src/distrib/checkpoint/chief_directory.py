@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping
 
 from distrib.checkpoint import storage
+from distrib.strategies import replica_process
 
 __all__ = ["write_directory"]
 
@@ -41,3 +42,5 @@ def write_directory(filepath: str, strategy: Any, files: Mapping[str, bytes], in
         storage.remove_write_path(filepath, write_path)
     if strategy.num_replicas_in_sync > 1:
         strategy.barrier()
+    else:  # a one-replica strategy in a local-replica process: see distrib.strategies.replica_process
+        replica_process.settle()

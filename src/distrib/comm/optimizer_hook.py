@@ -12,17 +12,19 @@ apart. That step raises `UnsyncedParameterError`, naming the module and the fix.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import torch
 
 from distrib import hooks
 from distrib.errors import DistribError
 
-__all__ = ["register_parameters", "install", "synchronize_gradients", "UnsyncedParameterError"]
+__all__ = ["register_parameters", "install", "synchronize_gradients", "UnsyncedParameterError",
+           "unreplicated_steps"]
 
 _lock = threading.Lock()
 _owner: Dict[int, Tuple["weakref.ref", "weakref.ref"]] = {}  # id(param) -> (param, synchronizer)
@@ -31,6 +33,7 @@ _version = 0
 _cache: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
 _handle = None
 _replicated_job = None  # weakref to a multi-replica strategy whose modules must be synced
+_unreplicated = threading.local()  # .active: this thread trains an unreplicated model on purpose
 
 
 class UnsyncedParameterError(DistribError, RuntimeError):
@@ -86,11 +89,22 @@ def synchronize_gradients(optimizer: torch.optim.Optimizer) -> None:
         sync.finish()
 
 
+@contextlib.contextmanager
+def unreplicated_steps() -> Iterator[None]:
+    """Inside: steps of unsynced parameters are intended (the same training runs in every replica process)."""
+    previous = getattr(_unreplicated, "active", False)
+    _unreplicated.active = True
+    try:
+        yield
+    finally:
+        _unreplicated.active = previous
+
+
 def _before_step(optimizer, args, kwargs) -> None:
     syncs, unsynced = _lookup(optimizer)
     for sync in syncs:
         sync.finish()
-    if unsynced and _replicated_job is not None:
+    if unsynced and _replicated_job is not None and not getattr(_unreplicated, "active", False):
         job = _replicated_job()
         stepped = [p for p in unsynced if p.grad is not None]
         if job is not None and stepped:

@@ -34,7 +34,7 @@ from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
 from distrib.hooks import install_excepthook
 from distrib.data.input_context import InputPlacement
-from distrib.strategies import context
+from distrib.strategies import context, replica_process
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy
 from distrib.strategies.local_replicas import LocalReplicas
@@ -109,9 +109,15 @@ class ReplicatedStrategy(Strategy):
     def is_chief(self) -> bool:
         """True on the task that writes checkpoints, summaries and progress."""
         r = self._cluster_resolver
-        if r is None:
-            return True
+        if r is None:  # default / one-device: in a local-replica process, replica 0 only
+            return replica_process.writes_side_effects()
         return bool(getattr(r, "is_chief", True))
+
+    def barrier(self) -> None:
+        """Wait until every replica reaches this point (every local-replica process, for a one-replica strategy)."""
+        self._collective.barrier()
+        if self._collective.world_size == 1:
+            replica_process.settle()
 
     # -------------------------------------------------------------- scope
     @contextlib.contextmanager

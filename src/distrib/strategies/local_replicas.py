@@ -6,9 +6,10 @@ a multi-worker task given ``local_devices``), the task's own process becomes
 local replica 0 and re-launches the same command line D-1 times, the way
 PyTorch Lightning does; each child learns its index from
 ``DISTRIB_LOCAL_REPLICA=index/count/port``. The whole script runs in every
-replica, started in the directory the program was in when it imported distrib
-(so a script that changes directory before creating the strategy still finds
-itself and changes directory the same way); only local replica 0's standard output is shown (the children's is
+replica, started as the program itself was (same interpreter options, the
+script, ``-m module`` or ``-c`` code, in the directory the program started
+in: see `distrib.process.rerun`), so a program that changes directory, before
+or after importing distrib, does so the same way in each; only local replica 0's standard output is shown (the children's is
 discarded, their standard error is kept and shown if they fail), so output is
 not duplicated. The children are started the launcher's way
 (`distrib.process.spawn.start_process`): they die with replica 0, even if it
@@ -34,6 +35,7 @@ from distrib import hooks
 from distrib.cluster.task import TaskInfo
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
+from distrib.process.rerun import rerun_command
 from distrib.process.spawn import start_process, wait_or_kill
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
@@ -166,18 +168,15 @@ class LocalReplicas:
         """From local replica 0: start replicas 1..count-1 running this same command line."""
         if self.index != 0 or self.count == 1 or os.environ.get(ENV_VAR):
             return
-        argv = list(getattr(sys, "orig_argv", []))[1:] or sys.argv
-        if not argv or argv[0] in ("", "-") or (argv[0] == "-c" and len(argv) < 2) or sys.argv[0] in ("", "-"):
-            raise RuntimeError(
-                f"{self.count} local replicas need this program re-run once per device, which is "
-                "impossible from an interactive session: run it as `python script.py`, or use "
-                "`distrib launch`")
+        hooks.install_excepthook()  # a program that cannot be re-run gets one error line
+        command = rerun_command(distrib._START_DIRECTORY,
+                                f"{self.count} local replicas need this program re-run once per device")
         threads = str(max(1, (os.cpu_count() or 1) // self.count))
         for index in range(1, self.count):
             env = dict(os.environ, **{ENV_VAR: f"{index}/{self.count}/{self.port}"})
             env.setdefault("OMP_NUM_THREADS", threads)
             err = tempfile.TemporaryFile(mode="w+b")
-            proc = start_process([sys.executable, *argv], env, cwd=distrib._START_DIRECTORY,
+            proc = start_process([sys.executable, *command.args], env, cwd=command.cwd,
                                  stdout=subprocess.DEVNULL, stderr=err, new_session=False)
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:

@@ -9,7 +9,10 @@ CPU replicas.
 Run from a plain ``python train.py``, the strategy re-launches the script
 once per extra device (see `distrib.strategies.local_replicas`): the whole
 script runs in every replica, only replica 0 prints. Under ``distrib launch``
-each launched task is adopted as one replica instead.
+each launched task is adopted as one replica instead. Either way, code
+outside every scope behaves as in TF's one process (trains identically in
+each replica process, side effects once; see
+`distrib.strategies.replica_process`).
 
 Example:
     >>> strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
@@ -27,6 +30,7 @@ from distrib.comm.options import CommunicationOptions
 from distrib.data.input_context import InputPlacement
 from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import local_task_index
+from distrib.strategies import replica_process
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
 from distrib.strategies.multi_worker import LOCAL_DEVICES_ENV
 
@@ -74,6 +78,7 @@ class MirroredStrategy(ReplicatedStrategy):
             local = local_task_index(resolver) % len(devs)
             labels, devs = [labels[local]], [devs[local]]
         replicas, collective = connect_replicas(resolver, labels, devs, options)
+        replica_process.mark(collective.rank, collective.world_size, collective)
         super().__init__(collective=collective, device=replicas.device, cluster_resolver=replicas,
                          communication_options=options)
 

@@ -29,12 +29,14 @@ Example (the loop without the facade; callbacks then see the loop as ``self.mode
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from distrib.strategies import context
+from distrib.comm.optimizer_hook import unreplicated_steps
+from distrib.strategies import context, replica_process
 from distrib.training import model_state, steps as step_fns
 from distrib.training.callback_setup import make_callback_list, resolve_verbose
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
@@ -152,11 +154,20 @@ class TrainingLoop:
                 f"under {type(self.strategy).__name__}: create (and compile) the model inside the scope of "
                 "the strategy that runs it")
         # Only training alone is refused: evaluating/predicting an unreplicated model is TF's behaviour too.
-        if what == "fit" and self.strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1:
+        # In a local-replica process an unreplicated model trains as in TF's one process (replica_process).
+        if (what == "fit" and self.strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1
+                and replica_process.current() is None):
             raise RuntimeError(
                 f"model.{what}(): this process is one of {_distributed_world_size()} workers but the model was "
                 "created outside any strategy scope, so it would train alone; create it inside "
                 "`with strategy.scope():`")
+
+    def _unreplicated_training(self) -> Any:
+        """An unreplicated model trained in a local-replica process trains there on purpose (replica_process); its weights must agree."""
+        if self.strategy.num_replicas_in_sync == 1 and replica_process.current() is not None:
+            replica_process.check_same_weights(self.module, "model.fit()")
+            return unreplicated_steps()
+        return contextlib.nullcontext()
 
     def require_compiled(self, what: str) -> None:
         """Raise unless `compile` ran (with a loss, for fit and evaluate)."""
@@ -202,7 +213,7 @@ class TrainingLoop:
         self.require_compiled("fit")
         validate_fit_args(epochs, initial_epoch, steps_per_epoch, validation_freq, validation_split)
         state = self.train_loop_state
-        with self.strategy.scope():
+        with self.strategy.scope(), self._unreplicated_training():
             if validation_split and validation_data is None:
                 (x, y, sample_weight), validation_data = split_arrays(x, y, sample_weight, validation_split)
             handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit")
