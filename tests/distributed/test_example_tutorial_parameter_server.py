@@ -51,7 +51,6 @@ def test_tutorial_runs_under_distrib_launch():
     _check(result.outputs["chief"])
 
 
-@pytest.mark.xfail(reason="needs kloss branch", strict=False)
 @pytest.mark.timeout(60)
 def test_model_fit_section_with_the_tutorials_targets():
     """The tutorial's Model.fit cell as TF writes it: targets (64,), outputs (64, 10), loss "mse".

@@ -80,8 +80,17 @@ def test_dot_keras_file_is_written_and_read_by_keras(tmp_path):
     assert keras.saving.load_model(path, compile=False).count_params() == model.module.count_params()
     loaded = distrib.models.load_model(path)
     np.testing.assert_allclose(_predict(loaded), _predict(model), rtol=1e-6)
-    with pytest.raises(SerializationError, match="a .keras file holds a Keras model"):
-        distrib.Model(torch.nn.Linear(4, 1)).save(str(tmp_path / "torch.keras"))
+
+
+def test_a_torch_module_saved_to_a_dot_keras_path_loads_back(tmp_path):
+    """The seeds write ``model.save("....keras")``: a torch module gets distrib's format at that path."""
+    torch.manual_seed(0)
+    model = distrib.Model(torch.nn.Linear(4, 1))
+    path = str(tmp_path / "torch.keras")
+    model.save(path)
+    loaded = distrib.models.load_model(path)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(loaded.module(x), model.module(x))
 
 
 class Subclassed(keras.Model):

@@ -18,7 +18,7 @@ How the architecture is recovered (weights alone cannot rebuild a ``torch.nn.Mod
 * A Keras 3 model is recorded with Keras's own serialisation and its
   variables by position (`distrib.training.keras_io`), so it loads back even
   after other Keras models were built; a path ending in ``.keras`` is written
-  by Keras itself.
+  by Keras itself (a torch module saved to such a path gets the directory format).
 * Otherwise the module tree is described as JSON (`distrib.training.architecture`):
   standard ``torch.nn`` layers by their arguments; the user's own module
   classes by their registered name (`distrib.saving.register_serializable`),
@@ -132,10 +132,8 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
     """Implementation of `Model.save` (see the module docstring)."""
     filepath = str(filepath)
     strategy = model.distribute_strategy
-    if filepath.endswith(".keras"):
-        if not keras_io.is_keras_model(model.module):
-            raise SerializationError(f"model.save({filepath}): a .keras file holds a Keras model; this model's "
-                                     f"module is a {type(model.module).__name__}: save to a directory instead")
+    if filepath.endswith(".keras") and keras_io.is_keras_model(model.module):
+        # A torch module saved to a ".keras" path (the seeds' spelling) gets distrib's directory format.
         if not overwrite:
             taken = bool(strategy.is_chief) and storage.exists(filepath)
             if strategy.num_replicas_in_sync > 1:
