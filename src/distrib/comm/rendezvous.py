@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.auth_handshake import AuthenticationError
-from distrib.comm.auth_store import connect_client, host_store
+from distrib.comm.auth_store import connect_client, host_store, secret_mismatches
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
 __all__ = ["connect_store", "store_client", "wait_for_all"]
@@ -131,12 +131,19 @@ def wait_for_all(store: dist.Store, rank: int, world_size: int, timeout: float,
             names = ", ".join(describe(r) for r in missing)
             raise RendezvousTimeoutError(
                 f"timed out after {timeout:g}s waiting for {names} to join "
-                f"({world_size - len(missing)} of {world_size} tasks arrived)")
+                f"({world_size - len(missing)} of {world_size} tasks arrived){_mismatch_note()}")
         if not announced and missing and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
             log.warning("distrib: %s waiting for %s to join (timeout %gs)", describe(rank),
                         ", ".join(describe(r) for r in missing), timeout)
             announced = True
         time.sleep(_POLL_SECONDS)  # poll: the store offers no wait-for-count primitive
+
+
+def _mismatch_note() -> str:
+    seen = secret_mismatches()
+    if not seen:
+        return ""
+    return f"; job secret mismatch: {', '.join(sorted(set(seen))[:4])} proved a different job secret"
 
 
 def _missing(store: dist.Store, world_size: int) -> List[int]:
