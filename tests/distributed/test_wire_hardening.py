@@ -92,6 +92,40 @@ def scenario_mwms() -> None:
     print("RESULT", json.dumps({"total": total}), flush=True)
 
 
+def scenario_ps_flood() -> None:
+    import torch
+
+    from distrib.coordinator import ClusterCoordinator
+    from distrib.strategies.parameter_server import ParameterServerStrategy
+    from ps_task_harness import await_marker, marker
+
+    strategy = ParameterServerStrategy()
+    torch.manual_seed(0)
+    x = torch.randn(256, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
+    with strategy.scope():
+        model = torch.nn.Linear(3, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    coordinator = ClusterCoordinator(strategy)
+
+    def step_fn():
+        loss = ((model(x) - y) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    first = float(coordinator.fetch(coordinator.schedule(step_fn)))
+    store = strategy._runtime._store
+    ports = [int(store.get(f"distrib/ps/grpc_port/{rank}")) for rank in range(3)]
+    Path(os.environ["PS_TEST_DIR"], "ports.json").write_text(json.dumps(ports))
+    marker("ready")
+    await_marker("attacked")
+    losses = [coordinator.schedule(step_fn) for _ in range(40)]
+    coordinator.join()
+    print("RESULT", json.dumps({"first": first, "last": float(losses[-1].fetch())}), flush=True)
+
+
 # ------------------------------------------------------------------- tests
 @pytest.mark.timeout(120)
 def test_a_secret_mismatch_is_named_on_every_node_before_the_timeout(tmp_path):
@@ -138,5 +172,55 @@ def test_two_thousand_idle_connections_beside_an_mwms_job(tmp_path):
         _stop(procs)
 
 
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_stalled_and_huge_unauthenticated_calls_beside_a_ps_job(tmp_path):
+    import grpc
+
+    from ps_task_harness import cluster_starter
+    from distrib.strategies.parameter_server.transport import METHOD
+
+    release = threading.Event()
+
+    def stalled():
+        release.wait(300)  # announces a call and never sends its message
+        yield b""
+
+    with cluster_starter(tmp_path, HERE, wait=240.0) as start:
+        cluster = start("ps_flood", workers=1, ps=1)
+        cluster.wait_for_marker("ready")
+        ports = json.loads((tmp_path / "ports.json").read_text())
+        channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in ports]
+        try:
+            stalls = [ch.stream_unary(METHOD).future(stalled(), timeout=300,
+                                                      metadata=(("x-distrib-auth", "1.2.3.4.5"),))
+                      for ch in channels for _ in range(32)]
+            ps_pid = cluster.procs["ps 0"].pid
+            huge = b"\0" * (1 << 30)
+            for channel in channels[1:]:  # the worker's and the ps's ports
+                with pytest.raises(grpc.RpcError) as refused:
+                    channel.unary_unary(METHOD)(huge, timeout=120)
+                assert refused.value.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE)
+            del huge
+            assert _peak_rss_mib(ps_pid) < 1024  # the 1 GiB was never read into the ps
+            (tmp_path / "attacked").write_text("1")
+            assert cluster.wait("chief") == 0, cluster.dump()
+            result = cluster.result()
+            assert result["last"] < 0.1 * result["first"], result
+            assert all(f.exception(timeout=30).code() == grpc.StatusCode.UNAUTHENTICATED for f in stalls)
+        finally:
+            release.set()
+            for channel in channels:
+                channel.close()
+
+
 if __name__ == "__main__":
-    {"mwms": scenario_mwms}[sys.argv[1]]()
+    sys.path.insert(0, os.path.dirname(HERE))
+    {"mwms": scenario_mwms, "ps_flood": scenario_ps_flood}[sys.argv[1]]()

@@ -223,3 +223,24 @@ def test_a_pinned_message_limit_refuses_larger_messages(monkeypatch):
     monkeypatch.setenv("DISTRIB_PS_MAX_MESSAGE_BYTES", "lots")
     with pytest.raises(ChannelConfigError, match="DISTRIB_PS_MAX_MESSAGE_BYTES='lots'"):
         Channel("127.0.0.1:1", auth, None, dest="ps:0")
+
+
+def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
+    import json
+
+    from distrib.cluster import TFConfigClusterResolver
+    from distrib.strategies.parameter_server import runtime as ps_runtime
+    from distrib.strategies.parameter_server.cluster import PSCluster
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    monkeypatch.setattr(ps_runtime, "_JOINED", [])
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["10.255.1.1:2222"], "worker": ["10.255.1.2:2222"], "ps": ["10.255.1.3:2222"]},
+        "task": {"type": "worker", "index": 0}}))
+    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0)
+    with pytest.raises(ChannelConfigError) as refused:
+        runtime.start()
+    line = str(refused.value)
+    assert "\n" not in line and "10.255.1.1" in line and "run code" in line
+    assert "DISTRIB_JOB_SECRET_FILE" in line and "Kubernetes Secret" in line and "SLURM" in line
