@@ -48,6 +48,31 @@ def _run(args, env, timeout=240):
 
 
 # --------------------------------------------------------------- scenario
+def linear_job():
+    """``(strategy, coordinator, step_fn)`` of a parameter-server job fitting a line (workers serve here)."""
+    import torch
+
+    from distrib.coordinator import ClusterCoordinator
+    from distrib.strategies.parameter_server import ParameterServerStrategy
+
+    strategy = ParameterServerStrategy()
+    torch.manual_seed(0)
+    x = torch.randn(256, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
+    with strategy.scope():
+        model = torch.nn.Linear(3, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step_fn():
+        loss = ((model(x) - y) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return strategy, ClusterCoordinator(strategy), step_fn
+
+
 def scenario_stranger(marker_dir: str = "") -> None:
     marker_dir = marker_dir or os.environ["PS_TEST_DIR"]
     import pickle
@@ -57,30 +82,13 @@ def scenario_stranger(marker_dir: str = "") -> None:
 
     from distrib.cluster.task import TaskInfo
     from distrib.comm.secret import cluster_secret, job_secret
-    from distrib.coordinator import ClusterCoordinator
     from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
-    from distrib.strategies.parameter_server import ParameterServerStrategy
     from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
     from distrib.strategies.parameter_server.errors import ChannelError
     from distrib.strategies.parameter_server.runtime import handler_name
     from distrib.strategies.parameter_server.transport import METHOD, Channel, tls_from_env
 
-    strategy = ParameterServerStrategy()
-    torch.manual_seed(0)
-    x = torch.randn(256, 3)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
-    with strategy.scope():
-        model = torch.nn.Linear(3, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    coordinator = ClusterCoordinator(strategy)
-
-    def step_fn():
-        loss = ((model(x) - y) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
+    strategy, coordinator, step_fn = linear_job()
     first = float(coordinator.fetch(coordinator.schedule(step_fn)))
     runtime = strategy._runtime
     tls = tls_from_env()
@@ -182,6 +190,7 @@ def test_a_stranger_cannot_run_functions_or_read_variables(tmp_path):
     assert sorted(os.listdir(markers)) == []             # nothing a stranger sent was ever unpickled
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_strangers_pickle_to_every_port_of_a_secretless_job_runs_nothing(tmp_path, monkeypatch):
     """Started by hand with TF_CONFIG and no secret: the tasks share this user's per-host secret."""

@@ -93,28 +93,10 @@ def scenario_mwms() -> None:
 
 
 def scenario_ps_flood() -> None:
-    import torch
-
-    from distrib.coordinator import ClusterCoordinator
-    from distrib.strategies.parameter_server import ParameterServerStrategy
     from ps_task_harness import await_marker, marker
+    from test_parameter_server_auth import linear_job
 
-    strategy = ParameterServerStrategy()
-    torch.manual_seed(0)
-    x = torch.randn(256, 3)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
-    with strategy.scope():
-        model = torch.nn.Linear(3, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    coordinator = ClusterCoordinator(strategy)
-
-    def step_fn():
-        loss = ((model(x) - y) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
+    strategy, coordinator, step_fn = linear_job()
     first = float(coordinator.fetch(coordinator.schedule(step_fn)))
     store = strategy._runtime._store
     ports = [int(store.get(f"distrib/ps/grpc_port/{rank}")) for rank in range(3)]

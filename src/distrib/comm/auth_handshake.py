@@ -162,16 +162,16 @@ def client_handshake(sock: socket.socket, secret: bytes, where: str) -> Session:
 
     Raises:
         SecretMismatchError: the server proved a different secret, or refused ours.
-        AuthenticationError: the server is not a distrib store with authentication.
+        ProtocolError: the server closed the connection before its proof.
     """
     client_nonce = os.urandom(NONCE_BYTES)
     sock.sendall(MAGIC + client_nonce)
     try:
         reply = recv_exact(sock, NONCE_BYTES + MAC_BYTES)
-    except ProtocolError:
-        raise AuthenticationError(
-            f"the store at {where} closed the connection during the handshake: it is not a "
-            f"distrib store with authentication (is a job secret set on the chief too?)") from None
+    except ProtocolError:  # retried by the caller: a busy store sheds its oldest handshakes
+        raise ProtocolError(
+            f"the store at {where} closed the connection during the handshake (it is busy, or it is "
+            f"not a distrib store with authentication: is a job secret set on the chief too?)") from None
     server_nonce, server_mac = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
     sock.sendall(_mac(secret, b"distrib-client", client_nonce, server_nonce))
     if not hmac.compare_digest(server_mac, _mac(secret, b"distrib-server", client_nonce, server_nonce)):

@@ -33,7 +33,7 @@ from typing import Callable, List
 import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace
-from distrib.comm.auth_handshake import AuthenticationError
+from distrib.comm.auth_handshake import AuthenticationError, ProtocolError
 from distrib.comm.auth_store import connect_client, host_store, secret_mismatches
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
@@ -79,9 +79,12 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
     start = time.monotonic()
     deadline = start + timeout
     announced = False
+    last_failure = ""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            if last_failure:
+                raise RendezvousTimeoutError(f"{describe(rank)} gave up after {timeout:g}s: {last_failure}")
             raise RendezvousTimeoutError(
                 f"{describe(rank)} gave up after {timeout:g}s: the chief {describe(0)} never "
                 f"accepted connections (is it running? is TF_CONFIG's address right?)")
@@ -95,6 +98,8 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
                 del store  # a previous attempt's chief (multi-node restart): wait for the new one
             except AuthenticationError as exc:
                 raise RendezvousTimeoutError(f"{describe(rank)}: {exc}") from None
+            except ProtocolError as exc:
+                last_failure = first_line(exc)
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):

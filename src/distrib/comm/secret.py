@@ -15,12 +15,12 @@ Example:
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import secrets
 import socket
 import stat
-import ipaddress
 from typing import List, Mapping, Optional
 
 from distrib.errors import DistribError
