@@ -244,3 +244,21 @@ def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
     line = str(refused.value)
     assert "\n" not in line and "10.255.1.1" in line and "run code" in line
     assert "DISTRIB_JOB_SECRET_FILE" in line and "Kubernetes Secret" in line and "SLURM" in line
+
+
+def test_the_ps_names_optimizer_classes_and_says_how_to_fix_one_it_cannot():
+    from distrib.strategies.parameter_server import server as ps_server
+
+    assert ps_server.named_class(ps_server.class_name(torch.optim.Adam), torch.optim.Optimizer) is torch.optim.Adam
+
+    def make():
+        class Local(torch.optim.SGD):
+            pass
+        return Local
+
+    with pytest.raises(TypeError, match="defined inside a function.*top level of a module"):
+        ps_server.class_name(make())
+    with pytest.raises(TypeError, match="no Optimizer class 'builtins:print'"):
+        ps_server.named_class("builtins:print", torch.optim.Optimizer)
+    with pytest.raises(TypeError, match="no Optimizer class 'os:system'.*every task has it"):
+        ps_server.named_class("os:system", torch.optim.Optimizer)
