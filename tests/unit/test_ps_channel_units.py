@@ -262,3 +262,23 @@ def test_the_ps_names_optimizer_classes_and_says_how_to_fix_one_it_cannot():
         ps_server.named_class("builtins:print", torch.optim.Optimizer)
     with pytest.raises(TypeError, match="no Optimizer class 'os:system'.*every task has it"):
         ps_server.named_class("os:system", torch.optim.Optimizer)
+
+
+class _ProgramError(Exception):
+    """An exception class of the user's program (the chief has it)."""
+
+
+def test_a_workers_exception_comes_back_by_class_name_without_pickle():
+    from distrib.strategies.parameter_server import dispatch, worker
+
+    for raised, expected_type, text in [(_ProgramError("bad batch", 3), _ProgramError, "('bad batch', 3)"),
+                                        (KeyError("k"), KeyError, "'k'"),
+                                        (ValueError(object()), RuntimeError, "ValueError: <object")]:
+        try:
+            raise raised
+        except Exception as exc:  # noqa: BLE001
+            kind, spec, text_back = worker._error_reply(exc)
+        assert kind == "error" and "Traceback" in text_back
+        rebuilt = dispatch._rebuild(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
+        assert type(rebuilt) is expected_type and str(rebuilt).startswith(text), (rebuilt, text)
+        assert "Traceback on worker 0" in str(rebuilt.__cause__)
