@@ -169,3 +169,15 @@ def test_with_a_secret_the_chief_hosts_the_authenticated_store(monkeypatch):
     other.set("k", "v")
     assert chief.get("k") == b"v"
     chief.close()
+
+
+def test_an_unwritable_secret_directory_is_one_line_naming_the_fix(monkeypatch, tmp_path):
+    from distrib.comm import secret
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("x")
+    monkeypatch.setattr(secret, "local_secret_path", lambda environ=None: str(blocked / "distrib" / "job-secret"))
+    with pytest.raises(secret.JobSecretError, match="cannot create this user's job secret.*DISTRIB_JOB_SECRET"):
+        secret.cluster_secret("127.0.0.1")

@@ -103,20 +103,25 @@ def local_secret_path(environ: Optional[Mapping[str, str]] = None) -> str:
 
 def _local_secret(path: str) -> bytes:
     """This user's per-host secret at ``path``, created once (atomically, mode 0600) if absent."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    if not os.path.exists(path):
-        temp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, new_secret().encode())
-        finally:
-            os.close(fd)
-        try:
-            os.link(temp, path)  # fails if another task created it first: then theirs is the one
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(temp)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            temp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, new_secret().encode())
+            finally:
+                os.close(fd)
+            try:
+                os.link(temp, path)  # fails if another task created it first: then theirs is the one
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(temp)
+    except OSError as exc:
+        raise JobSecretError(f"{path}: cannot create this user's job secret ({exc.strerror or exc}); set "
+                             f"DISTRIB_JOB_SECRET or DISTRIB_JOB_SECRET_FILE, or XDG_RUNTIME_DIR to a "
+                             f"writable directory") from None
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
