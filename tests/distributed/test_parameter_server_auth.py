@@ -48,20 +48,12 @@ def _run(args, env, timeout=240):
 
 
 # --------------------------------------------------------------- scenario
-def scenario_stranger(marker_dir: str) -> None:
-    import pickle
-
-    import grpc
+def linear_job():
+    """``(strategy, coordinator, step_fn)`` of a parameter-server job fitting a line (workers serve here)."""
     import torch
 
-    from distrib.cluster.task import TaskInfo
     from distrib.coordinator import ClusterCoordinator
-    from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
     from distrib.strategies.parameter_server import ParameterServerStrategy
-    from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
-    from distrib.strategies.parameter_server.errors import ChannelError
-    from distrib.strategies.parameter_server.runtime import handler_name
-    from distrib.strategies.parameter_server.transport import METHOD, Channel, tls_from_env
 
     strategy = ParameterServerStrategy()
     torch.manual_seed(0)
@@ -70,7 +62,6 @@ def scenario_stranger(marker_dir: str) -> None:
     with strategy.scope():
         model = torch.nn.Linear(3, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    coordinator = ClusterCoordinator(strategy)
 
     def step_fn():
         loss = ((model(x) - y) ** 2).mean()
@@ -79,22 +70,47 @@ def scenario_stranger(marker_dir: str) -> None:
         optimizer.step()
         return loss.detach()
 
+    return strategy, ClusterCoordinator(strategy), step_fn
+
+
+def scenario_stranger(marker_dir: str = "") -> None:
+    marker_dir = marker_dir or os.environ["PS_TEST_DIR"]
+    import pickle
+
+    import grpc
+    import torch
+
+    from distrib.cluster.task import TaskInfo
+    from distrib.comm.secret import cluster_secret, job_secret
+    from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
+    from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
+    from distrib.strategies.parameter_server.errors import ChannelError
+    from distrib.strategies.parameter_server.runtime import handler_name
+    from distrib.strategies.parameter_server.transport import METHOD, Channel, tls_from_env
+
+    strategy, coordinator, step_fn = linear_job()
     first = float(coordinator.fetch(coordinator.schedule(step_fn)))
     runtime = strategy._runtime
     tls = tls_from_env()
     out = {"refused": {}, "first": first}
-    evil = lambda name: _Evil(os.path.join(marker_dir, name))  # noqa: E731
+    evil = lambda name: pickle.dumps(_Evil(os.path.join(marker_dir, name)))  # noqa: E731
+    secret = job_secret() or cluster_secret("127.0.0.1")
+    chief_host, store_port = runtime.cluster.chief_address
+    with socket.create_connection((chief_host, store_port), timeout=10) as sock:   # the store's port
+        sock.sendall(evil("store-raw") * 4)
 
-    for job, rank in (("worker", 1), ("ps", 2)):
+    tasks = {"chief": (0, TaskInfo("chief", 0)), "worker": (1, TaskInfo("worker", 0)), "ps": (2, TaskInfo("ps", 0))}
+    for job, (rank, task) in tasks.items():
         port = int(runtime._store.get(f"distrib/ps/grpc_port/{rank}"))
         address = f"127.0.0.1:{port}"
         calls = {
+            "chief": ("distrib.strategies.parameter_server.runtime:ping", ()),
             "worker": ("distrib.strategies.parameter_server.worker:run_closure", ([], evil(f"{job}-closure"), {})),
-            "ps": (handler_name(ps_server.apply_gradients), (0, [(0, 0)], [evil(f"{job}-grad")], {})),
+            "ps": (handler_name(ps_server.apply_gradients), (0, [(0, 0)], [torch.ones(3)], {})),
         }
         name, args = calls[job]
-        attempts = {"no_token": Channel(address, None, tls),
-                    "wrong_secret": Channel(address, CallAuth(b"not the job secret"), tls)}
+        attempts = {"no_token": Channel(address, None, tls, dest=str(task)),
+                    "wrong_secret": Channel(address, CallAuth(b"not the job secret"), tls, dest=str(task))}
         for how, channel in attempts.items():
             for handler, handler_args in ((name, args), (handler_name(ps_server.read_variables), ([(0, 0)],))):
                 try:
@@ -104,7 +120,7 @@ def scenario_stranger(marker_dir: str) -> None:
                     out["refused"][f"{job}/{how}/{handler}"] = exc.code
             channel.close()
         if tls is not None:   # the job's own secret, but plain TCP: the TLS server does not answer
-            plain = Channel(address, CallAuth(os.environ["DISTRIB_JOB_SECRET"].encode()), None)
+            plain = Channel(address, CallAuth(secret), None, dest=str(task))
             try:
                 plain.call_async("distrib.strategies.parameter_server.runtime:ping", (), 10).wait()
                 out[f"{job}/plaintext"] = "ANSWERED"
@@ -113,27 +129,36 @@ def scenario_stranger(marker_dir: str) -> None:
             plain.close()
         raw = grpc.insecure_channel(address) if tls is None else None
         if raw is not None:
-            request = ps_wire.encode((name, args))
             stub = raw.unary_unary(METHOD)
-            for how, token in (("garbage_token", "1.5.abcd.00ff"), ("empty_token", "")):
-                try:
-                    stub(request, timeout=10, metadata=((TOKEN_HEADER, token),))
-                    out["refused"][f"{job}/{how}"] = "ANSWERED"
-                except grpc.RpcError as exc:
-                    out["refused"][f"{job}/{how}"] = exc.code().name
-            # A call signed with the real secret works once; the same bytes and token again do not.
-            auth = CallAuth(os.environ["DISTRIB_JOB_SECRET"].encode())
+            for how, token in (("garbage_token", "1.5.abcd.00ff.11"), ("empty_token", "")):
+                for form, request in (("pickle", evil(f"{job}-{how}")), ("encoded", ps_wire.encode((name, args)))):
+                    try:
+                        stub(request, timeout=10, metadata=((TOKEN_HEADER, token),))
+                        out["refused"][f"{job}/{how}/{form}"] = "ANSWERED"
+                    except grpc.RpcError as exc:
+                        out["refused"][f"{job}/{how}/{form}"] = exc.code().name
+            # A call signed with the real secret works once; the same bytes and token again do not,
+            # nor does it work sent to another task.
+            auth = CallAuth(secret)
             ping = ps_wire.encode(("distrib.strategies.parameter_server.runtime:ping", ()))
-            token = auth.sign(METHOD, ping)
+            token = auth.sign(METHOD, str(task), ping)
             stub(ping, timeout=10, metadata=((TOKEN_HEADER, token),))
             try:
                 stub(ping, timeout=10, metadata=((TOKEN_HEADER, token),))
                 out["refused"][f"{job}/replayed"] = "ANSWERED"
             except grpc.RpcError as exc:
                 out["refused"][f"{job}/replayed"] = exc.code().name
+            other_rank = (rank + 1) % 3
+            other = grpc.insecure_channel(f"127.0.0.1:{int(runtime._store.get(f'distrib/ps/grpc_port/{other_rank}'))}")
+            try:
+                other.unary_unary(METHOD)(ping, timeout=10, metadata=((TOKEN_HEADER, auth.sign(METHOD, str(task), ping)),))
+                out["refused"][f"{job}/sent_elsewhere"] = "ANSWERED"
+            except grpc.RpcError as exc:
+                out["refused"][f"{job}/sent_elsewhere"] = exc.code().name
+            other.close()
             raw.close()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:   # not even HTTP/2
-            sock.sendall(b"\x80\x04" + pickle.dumps(evil(f"{job}-raw")) * 4)
+            sock.sendall(b"\x80\x04" + evil(f"{job}-raw") * 4)
     updates_before = runtime.call(TaskInfo("ps", 0), ps_server.inventory)["updates"]
     losses = [coordinator.schedule(step_fn) for _ in range(40)]
     coordinator.join()
@@ -160,8 +185,25 @@ def test_a_stranger_cannot_run_functions_or_read_variables(tmp_path):
     _assert_refused(r, {"UNAUTHENTICATED"})
     assert set(r["refused"]) >= {"worker/no_token/distrib.strategies.parameter_server.worker:run_closure",
                                  "ps/wrong_secret/distrib.strategies.parameter_server.server:read_variables",
-                                 "ps/garbage_token", "worker/replayed", "ps/replayed"}
+                                 "ps/garbage_token/pickle", "worker/replayed", "ps/replayed",
+                                 "worker/sent_elsewhere", "chief/sent_elsewhere"}
     assert sorted(os.listdir(markers)) == []             # nothing a stranger sent was ever unpickled
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_strangers_pickle_to_every_port_of_a_secretless_job_runs_nothing(tmp_path, monkeypatch):
+    """Started by hand with TF_CONFIG and no secret: the tasks share this user's per-host secret."""
+    from ps_task_harness import cluster_starter
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    with cluster_starter(tmp_path, __file__, wait=240.0) as start:
+        cluster = start("stranger", workers=1, ps=1)
+        assert cluster.wait("chief") == 0, cluster.dump()
+        r = cluster.result()
+    _assert_refused(r, {"UNAUTHENTICATED"})
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(("store-", "chief-", "worker-", "ps-"))]
 
 
 def _self_signed(tmp_path):

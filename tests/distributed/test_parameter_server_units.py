@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import cloudpickle
 import pytest
 import torch
 
@@ -111,9 +110,8 @@ def test_ps_optimizer_shard_applies_updates_like_a_local_optimizer():
     w = torch.randn(4, 3)
     keys = [(900, 0), (900, 1)]
     ps_server.create_variables(keys, [w[:2].clone(), w[2:].clone()])
-    spec = {"class": torch.optim.Adam, "defaults": dict(torch.optim.Adam([torch.zeros(1)], lr=0.1).defaults),
-            "groups": [{"lr": 0.1, "keys": keys}]}
-    ps_server.create_optimizer(900, cloudpickle.dumps(spec))
+    ps_server.create_optimizer(900, ps_server.class_name(torch.optim.Adam),
+                               dict(torch.optim.Adam([torch.zeros(1)], lr=0.1).defaults), [{"lr": 0.1, "keys": keys}])
     local = torch.nn.Parameter(w.clone())
     opt = torch.optim.Adam([local], lr=0.1)
     for step in range(3):

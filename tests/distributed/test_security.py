@@ -76,7 +76,10 @@ def _reference():
 def _refused(sock: socket.socket) -> bool:
     sock.settimeout(30)
     try:
-        return sock.recv(1) == b""
+        first = sock.recv(1)
+        if first == b"\x00":  # the store's refusal byte, then it closes
+            first = sock.recv(1)
+        return first == b""
     except ConnectionResetError:
         return True
 

@@ -93,7 +93,7 @@ def test_strangers_get_no_key_and_write_none(server, caplog):
         sock.settimeout(20)
         assert len(sock.recv(64, socket.MSG_WAITALL)) == 64
         sock.sendall(os.urandom(32))
-        assert _closed_without_answer(sock)
+        assert sock.recv(1) == b"\x00" and _closed_without_answer(sock)  # refused, said at once
     # replay a real client's handshake bytes on a fresh connection
     recorded = []
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -112,28 +112,51 @@ def test_strangers_get_no_key_and_write_none(server, caplog):
         sock.settimeout(20)
         assert len(sock.recv(64, socket.MSG_WAITALL)) == 64
         sock.sendall(recorded[1])
-        assert _closed_without_answer(sock)
+        assert sock.recv(1) == b"\x00" and _closed_without_answer(sock)
     # nothing was written, the owner still works, and the chief said so once
     assert owner.num_keys() == 1 and not owner.check(["distrib/done/1"])
     assert owner.get("distrib/joined/0") == b"1"
     refusals = [r for r in caplog.records if "refused a connection" in r.getMessage()]
     assert len(refusals) == 1 and "127.0.0.1" in refusals[0].getMessage()
+    assert caplog.text.count("job secret mismatch") == 2
     assert SECRET.decode() not in caplog.text
 
 
-def test_without_a_secret_torch_tcpstore_is_used_and_non_loopback_warns_once(monkeypatch, caplog):
-    from distrib.comm import auth_store
+def test_without_a_secret_loopback_shares_a_user_secret_and_beyond_warns_once(monkeypatch, caplog, tmp_path):
+    from distrib.comm import auth_store, secret
 
     monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
     monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
-    monkeypatch.setattr(auth_store, "_warned_open", False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(secret, "_WARNED", [])
     caplog.set_level(logging.WARNING, logger="distrib.comm")
-    store = auth_store.host_store("127.0.0.1", 0, 1, 5.0)
-    assert isinstance(store, dist.TCPStore)
-    assert "no job secret" not in caplog.text  # loopback only: nothing to warn about
-    auth_store._warn_without_secret("10.1.2.3")
-    auth_store._warn_without_secret("10.1.2.4")
-    assert caplog.text.count("no job secret configured") == 1
+    chief = auth_store.host_store("127.0.0.1", 0, 2, 5.0)
+    assert isinstance(chief, AuthStore)  # loopback: authenticated with this user's secret
+    path = tmp_path / "distrib" / "job-secret"
+    assert path.stat().st_mode & 0o777 == 0o600
+    other = auth_store.connect_client("127.0.0.1", chief._server.port, 2, 5.0)
+    other.set("k", "v")
+    assert chief.get("k") == b"v"
+    chief.close()
+    assert "no job secret" not in caplog.text
+    assert secret.cluster_secret("10.1.2.3") is None and secret.cluster_secret("10.1.2.4") is None
+    lines = [r.getMessage() for r in caplog.records if "no job secret" in r.getMessage()]
+    assert len(lines) == 1 and "10.1.2.3" in lines[0] and "DISTRIB_JOB_SECRET_FILE" in lines[0]
+    assert "Kubernetes Secret" in lines[0] and "SLURM" in lines[0]
+
+
+def test_a_foreign_user_secret_file_is_refused(monkeypatch, tmp_path):
+    from distrib.comm import secret
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = tmp_path / "distrib" / "job-secret"
+    path.parent.mkdir()
+    path.write_text("readable-by-all")
+    path.chmod(0o644)
+    with pytest.raises(secret.JobSecretError, match="mode 0600"):
+        secret.cluster_secret("127.0.0.1")
 
 
 def test_with_a_secret_the_chief_hosts_the_authenticated_store(monkeypatch):
@@ -146,3 +169,15 @@ def test_with_a_secret_the_chief_hosts_the_authenticated_store(monkeypatch):
     other.set("k", "v")
     assert chief.get("k") == b"v"
     chief.close()
+
+
+def test_an_unwritable_secret_directory_is_one_line_naming_the_fix(monkeypatch, tmp_path):
+    from distrib.comm import secret
+
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("x")
+    monkeypatch.setattr(secret, "local_secret_path", lambda environ=None: str(blocked / "distrib" / "job-secret"))
+    with pytest.raises(secret.JobSecretError, match="cannot create this user's job secret.*DISTRIB_JOB_SECRET"):
+        secret.cluster_secret("127.0.0.1")

@@ -12,25 +12,35 @@ from distrib.strategies.parameter_server.errors import ChannelConfigError, Chann
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
 
-def test_token_binds_method_body_and_secret_and_is_single_use():
+def test_token_binds_method_destination_body_and_secret_and_is_single_use():
     auth = CallAuth(b"secret")
-    token = auth.sign("/m", b"body")
+    token = auth.sign("/m", "ps:0", b"body")
     assert "secret" not in token
-    assert "does not match" in CallAuth(b"other").check("/m", b"body", token)
-    assert "does not match" in auth.check("/m", b"b0dy", token)
-    assert "does not match" in auth.check("/other", b"body", token)
-    assert "no job token" in auth.check("/m", b"body", None)
-    assert "malformed" in auth.check("/m", b"body", "x.y")
-    assert auth.check("/m", b"body", token) is None
-    assert "used before" in auth.check("/m", b"body", token)
+    assert "job secret mismatch" in CallAuth(b"other").check_header("/m", "ps:0", token)
+    assert "does not match" in auth.check_header("/other", "ps:0", token)
+    assert "signed for ps:0, not ps:1" in auth.check_header("/m", "ps:1", token, signed_for="ps:0")
+    assert "no job token" in auth.check_header("/m", "ps:0", None)
+    assert "malformed" in auth.check_header("/m", "ps:0", "x.y")
+    assert auth.check_header("/m", "ps:0", token) is None
+    assert "changed on the way" in auth.check_body(token, b"b0dy")
+    assert auth.check_body(token, b"body") is None
+    assert "used before" in auth.check_header("/m", "ps:0", token)
 
 
 def test_old_token_is_refused(monkeypatch):
     auth = CallAuth(b"secret")
-    token = auth.sign("/m", b"body")
+    token = auth.sign("/m", "ps:0", b"body")
     later = time.time() + ps_auth.MAX_SKEW_SECONDS + 60
     monkeypatch.setattr(ps_auth.time, "time", lambda: later)
-    assert "old" in auth.check("/m", b"body", token)
+    assert "old" in auth.check_header("/m", "ps:0", token)
+
+
+def test_replay_memory_is_bounded_and_still_refuses_every_replay():
+    auth = CallAuth(b"secret", nonce_memory=8)
+    tokens = [auth.sign("/m", "ps:0", b"x") for _ in range(40)]
+    assert all(auth.check_header("/m", "ps:0", t) is None for t in tokens)
+    assert len(auth._seen) <= 8
+    assert all("used before" in auth.check_header("/m", "ps:0", t) for t in tokens)  # forgotten ones too
 
 
 def test_reply_seal_is_bound_to_the_key_and_the_call():
@@ -50,6 +60,36 @@ def test_wire_round_trip_keeps_tensors_exact():
     for a, b in zip(values, back["v"]):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach(), b.detach())
         assert a.requires_grad == b.requires_grad
+
+
+def test_wire_carries_the_closed_types_and_refuses_others_by_name():
+    import numpy as np
+
+    value = {"n": None, 1: [True, 2, 3.5, "s", b"b", (1 << 70,)], ("k", 2): np.arange(6.0).reshape(2, 3)}
+    back = ps_wire.decode(ps_wire.encode(value))
+    assert back.keys() == value.keys() and back[1] == value[1] and np.array_equal(back[("k", 2)], value[("k", 2)])
+    for bad, name in [(lambda: 0, "function"), (object(), "object"), ({1, 2}, "set")]:
+        with pytest.raises(ps_wire.WireFormatError, match=f"cannot send a {name}"):
+            ps_wire.encode(bad)
+
+
+def test_wire_never_unpickles_and_checks_every_size(tmp_path):
+    import pickle
+
+    marker = tmp_path / "ran"
+    with pytest.raises(ps_wire.WireFormatError):
+        ps_wire.decode(b"DPW2" + pickle.dumps(_Marker(str(marker))))
+    with pytest.raises(ps_wire.WireFormatError, match="bad magic"):
+        ps_wire.decode(pickle.dumps(_Marker(str(marker))))
+    assert not marker.exists()
+    good = ps_wire.encode(torch.ones(4))
+    lying = good.replace((16).to_bytes(8, "big"), (1 << 40).to_bytes(8, "big"))  # 1 TiB announced
+    with pytest.raises(ps_wire.WireFormatError, match="announces"):
+        ps_wire.decode(lying)
+    with pytest.raises(ps_wire.WireFormatError, match="truncated"):
+        ps_wire.decode(b"DPW2l" + (1 << 31).to_bytes(4, "big"))  # two billion items, none sent
+    with pytest.raises(ps_wire.WireFormatError, match="deeper"):
+        ps_wire.decode(b"DPW2" + b"l\x00\x00\x00\x01" * 100 + b"N")
 
 
 def test_wire_rejects_foreign_and_truncated_bytes():
@@ -79,9 +119,10 @@ def _boom():
 
 def test_server_runs_named_handlers_for_signed_calls_only():
     auth = CallAuth(b"secret")
-    server = Server("127.0.0.1", {"add": lambda a, b: a + b, "boom": _boom}, auth, None, threads=4)
-    good = Channel(f"127.0.0.1:{server.port}", auth, None)
-    stranger = Channel(f"127.0.0.1:{server.port}", None, None)
+    server = Server("127.0.0.1", {"add": lambda a, b: a + b, "boom": _boom}, auth, None, threads=4, name="ps:0")
+    good = Channel(f"127.0.0.1:{server.port}", auth, None, dest="ps:0")
+    stranger = Channel(f"127.0.0.1:{server.port}", None, None, dest="ps:0")
+    elsewhere = Channel(f"127.0.0.1:{server.port}", auth, None, dest="ps:1")
     try:
         assert torch.equal(good.call_async("add", (torch.ones(2), torch.ones(2)), 10).wait(), torch.full((2,), 2.0))
         with pytest.raises(PeerError, match="KeyError"):
@@ -92,12 +133,15 @@ def test_server_runs_named_handlers_for_signed_calls_only():
         with pytest.raises(ChannelError, match="call refused") as refused:
             stranger.call_async("add", (1, 2), 10).wait()
         assert refused.value.code == "UNAUTHENTICATED"
+        with pytest.raises(ChannelError, match="signed for ps:1, not ps:0"):
+            elsewhere.call_async("add", (1, 2), 10).wait()
     finally:
+        elsewhere.close()
         good.close()
         stranger.close()
         server.stop(0)
     with pytest.raises(ChannelError) as gone:
-        Channel(f"127.0.0.1:{server.port}", auth, None).call_async("add", (1, 2), 10).wait()
+        Channel(f"127.0.0.1:{server.port}", auth, None, dest="ps:0").call_async("add", (1, 2), 10).wait()
     assert gone.value.code == "UNAVAILABLE"
 
 
@@ -109,27 +153,132 @@ class _Marker:
         return (open, (self.path, "w"))
 
 
-def test_forged_payload_is_only_unpickled_by_an_unauthenticated_server(tmp_path):
-    """The marker payload of the stranger test does act when nothing checks the caller."""
-    secured = Server("127.0.0.1", {"echo": lambda v: None}, CallAuth(b"secret"), None, threads=2)
-    open_server = Server("127.0.0.1", {"echo": lambda v: None}, None, None, threads=2)
+def test_a_pickle_runs_nowhere_even_on_an_unauthenticated_server(tmp_path):
+    """The marker payload of the stranger test: no server unpickles it, secret or not."""
+    import grpc
+    import pickle
+
+    from distrib.strategies.parameter_server.transport import METHOD
+
+    secured = Server("127.0.0.1", {"echo": lambda v: None}, CallAuth(b"secret"), None, threads=2, name="ps:0")
+    open_server = Server("127.0.0.1", {"echo": lambda v: None}, None, None, threads=2, name="ps:0")
     try:
-        with pytest.raises(ChannelError):
-            Channel(f"127.0.0.1:{secured.port}", None, None).call_async(
-                "echo", (_Marker(str(tmp_path / "secured")),), 10).wait()
-        Channel(f"127.0.0.1:{open_server.port}", None, None).call_async(
-            "echo", (_Marker(str(tmp_path / "open")),), 10).wait()
+        for name, server in [("secured", secured), ("open", open_server)]:
+            with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                call = channel.unary_unary(METHOD)
+                for payload in (pickle.dumps(("echo", (_Marker(str(tmp_path / name)),))),
+                                b"DPW1" + (40).to_bytes(8, "big") + pickle.dumps(_Marker(str(tmp_path / name)))):
+                    with pytest.raises(grpc.RpcError):
+                        call(payload, timeout=10)
     finally:
         secured.stop(0)
         open_server.stop(0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["open"]
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_no_secret_warns_once_naming_the_fix(monkeypatch):
+def test_stalled_unauthenticated_calls_hold_no_server_thread():
+    """16 calls that send headers and never their message, beside a server of 2 threads."""
+    import threading
+
+    import grpc
+
+    from distrib.strategies.parameter_server.transport import METHOD
+
+    auth = CallAuth(b"secret")
+    server = Server("127.0.0.1", {"add": lambda a, b: a + b}, auth, None, threads=2, name="ps:0")
+    release = threading.Event()
+
+    def stalled_requests():
+        release.wait(60)  # announces a call, then sends nothing
+        yield b""
+
+    stranger = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    futures = [stranger.stream_unary(METHOD).future(stalled_requests(), timeout=60,
+                                                    metadata=(("x-distrib-auth", "1.2.3.4.5"),))
+               for _ in range(16)]
+    good = Channel(f"127.0.0.1:{server.port}", auth, None, dest="ps:0")
+    try:
+        assert [good.call_async("add", (i, 1), 20).wait() for i in range(4)] == [1, 2, 3, 4]
+        assert all(f.exception(timeout=20).code() == grpc.StatusCode.UNAUTHENTICATED for f in futures)
+    finally:
+        release.set()
+        good.close()
+        stranger.close()
+        server.stop(0)
+
+
+def test_a_pinned_message_limit_refuses_larger_messages(monkeypatch):
+    monkeypatch.setenv("DISTRIB_PS_MAX_MESSAGE_BYTES", str(1 << 20))
+    auth = CallAuth(b"secret")
+    server = Server("127.0.0.1", {"size": lambda t: t.numel()}, auth, None, threads=2, name="ps:0")
+    good = Channel(f"127.0.0.1:{server.port}", auth, None, dest="ps:0")
+    try:
+        assert good.call_async("size", (torch.ones(1000),), 10).wait() == 1000
+        with pytest.raises(ChannelError) as big:
+            good.call_async("size", (torch.ones(1 << 19),), 10).wait()  # 2 MiB
+        assert big.value.code == "RESOURCE_EXHAUSTED"
+    finally:
+        good.close()
+        server.stop(0)
+    monkeypatch.setenv("DISTRIB_PS_MAX_MESSAGE_BYTES", "lots")
+    with pytest.raises(ChannelConfigError, match="DISTRIB_PS_MAX_MESSAGE_BYTES='lots'"):
+        Channel("127.0.0.1:1", auth, None, dest="ps:0")
+
+
+def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
+    import json
+
+    from distrib.cluster import TFConfigClusterResolver
     from distrib.strategies.parameter_server import runtime as ps_runtime
+    from distrib.strategies.parameter_server.cluster import PSCluster
 
-    monkeypatch.setattr(ps_runtime, "_WARNED", [])
-    with pytest.warns(UserWarning, match="DISTRIB_JOB_SECRET is not set.*unauthenticated") as seen:
-        ps_runtime._warn_unauthenticated()
-        ps_runtime._warn_unauthenticated()
-    assert len(seen) == 1
+    monkeypatch.delenv("DISTRIB_JOB_SECRET", raising=False)
+    monkeypatch.delenv("DISTRIB_JOB_SECRET_FILE", raising=False)
+    monkeypatch.setattr(ps_runtime, "_JOINED", [])
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["10.255.1.1:2222"], "worker": ["10.255.1.2:2222"], "ps": ["10.255.1.3:2222"]},
+        "task": {"type": "worker", "index": 0}}))
+    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0)
+    with pytest.raises(ChannelConfigError) as refused:
+        runtime.start()
+    line = str(refused.value)
+    assert "\n" not in line and "10.255.1.1" in line and "run code" in line
+    assert "DISTRIB_JOB_SECRET_FILE" in line and "Kubernetes Secret" in line and "SLURM" in line
+
+
+def test_the_ps_names_optimizer_classes_and_says_how_to_fix_one_it_cannot():
+    from distrib.strategies.parameter_server import server as ps_server
+
+    assert ps_server.named_class(ps_server.class_name(torch.optim.Adam), torch.optim.Optimizer) is torch.optim.Adam
+
+    def make():
+        class Local(torch.optim.SGD):
+            pass
+        return Local
+
+    with pytest.raises(TypeError, match="defined inside a function.*top level of a module"):
+        ps_server.class_name(make())
+    with pytest.raises(TypeError, match="no Optimizer class 'builtins:print'"):
+        ps_server.named_class("builtins:print", torch.optim.Optimizer)
+    with pytest.raises(TypeError, match="no Optimizer class 'os:system'.*every task has it"):
+        ps_server.named_class("os:system", torch.optim.Optimizer)
+
+
+class _ProgramError(Exception):
+    """An exception class of the user's program (the chief has it)."""
+
+
+def test_a_workers_exception_comes_back_by_class_name_without_pickle():
+    from distrib.strategies.parameter_server import dispatch, worker
+
+    for raised, expected_type, text in [(_ProgramError("bad batch", 3), _ProgramError, "('bad batch', 3)"),
+                                        (KeyError("k"), KeyError, "'k'"),
+                                        (ValueError(object()), RuntimeError, "ValueError: <object")]:
+        try:
+            raise raised
+        except Exception as exc:  # noqa: BLE001
+            kind, spec, text_back = worker._error_reply(exc)
+        assert kind == "error" and "Traceback" in text_back
+        rebuilt = dispatch._rebuild(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
+        assert type(rebuilt) is expected_type and str(rebuilt).startswith(text), (rebuilt, text)
+        assert "Traceback on worker 0" in str(rebuilt.__cause__)

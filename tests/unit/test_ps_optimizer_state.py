@@ -5,7 +5,6 @@ on a variable of 5 rows split 3 + 2 over two "ps tasks".
 """
 from __future__ import annotations
 
-import cloudpickle
 import pytest
 import torch
 
@@ -46,8 +45,7 @@ def setup():
                         (Shard(0, (VAR, 0), 0, 3), Shard(1, (VAR, 1), 3, 5)))
     ps_server.create_variables([(VAR, 0), (VAR, 1)], [chief.detach()[:3], chief.detach()[3:]])
     groups = [{"lr": 0.1, "momentum": 0.9, "keys": [(VAR, 0), (VAR, 1)]}]
-    ps_server.create_optimizer(OPT, cloudpickle.dumps({"class": torch.optim.SGD,
-                                                       "defaults": {"lr": 0.1, "momentum": 0.9}, "groups": groups}))
+    ps_server.create_optimizer(OPT, ps_server.class_name(torch.optim.SGD), {"lr": 0.1, "momentum": 0.9}, groups)
     optimizer = torch.optim.SGD([chief], lr=0.1, momentum=0.9)
     OptimizerStateSync(_LocalRuntime(), _Registry({id(chief): info}), OPT, optimizer)
     yield chief, optimizer

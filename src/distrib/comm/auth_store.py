@@ -11,7 +11,7 @@ connection is closed before it can read or write a key, logged once per
 address on the chief, and the job goes on.
 
 `host_store` / `connect_client` pick the store: this one when a job secret is
-configured (`distrib.comm.secret.job_secret`), else torch's ``TCPStore`` as
+configured (`distrib.comm.secret.cluster_secret`), else torch's ``TCPStore`` as
 before (with a one-time warning when the chief is not on loopback).
 
 Example:
@@ -25,7 +25,7 @@ Example:
 """
 from __future__ import annotations
 
-import ipaddress
+import collections
 import logging
 import socket
 import threading
@@ -36,15 +36,19 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 import torch.distributed as dist
 
 from distrib.comm.auth_handshake import (AuthenticationError, HandshakeAbandoned, ProtocolError,
-                                         client_handshake, decode_fields, encode_fields, recv_frame,
-                                         send_frame, server_handshake)
+                                         SecretMismatchError, client_handshake, decode_fields,
+                                         encode_fields, server_handshake)
 from distrib.comm.errors import DistribCommError
-from distrib.comm.secret import job_secret
+from distrib.comm.secret import cluster_secret
 
-__all__ = ["AuthStore", "AuthStoreServer", "StoreTimeoutError", "host_store", "connect_client"]
+__all__ = ["AuthStore", "AuthStoreServer", "StoreTimeoutError", "host_store", "connect_client",
+           "secret_mismatches"]
 
 log = logging.getLogger("distrib.comm")
-_HANDSHAKE_SECONDS = 10.0  # a connection that has not proven itself by then is dropped
+_HANDSHAKE_SECONDS = 10.0  # the whole handshake must end by then, however the peer paces its bytes
+_MAX_PENDING = 64  # unauthenticated connections at once; the oldest is dropped for a new one
+_ACCEPT_BACKOFF = (0.01, 1.0)  # after a failed accept() (EMFILE...): first and longest pause
+_MISMATCHES: List[str] = []  # peers that proved a different job secret, in this process
 _MAX_KEY_BYTES = 4096
 _REPLY_SLACK_SECONDS = 30.0  # beyond the store timeout, before a silent chief counts as lost
 Value = Union[str, bytes]
@@ -62,12 +66,18 @@ def _b(value: Value) -> bytes:
 class AuthStoreServer:
     """The chief's store: a dict behind a lock, served to authenticated connections only."""
 
-    def __init__(self, host: str, port: int, secret: bytes) -> None:
+    def __init__(self, host: str, port: int, secret: bytes, handshake_seconds: float = _HANDSHAKE_SECONDS,
+                 max_pending: int = _MAX_PENDING) -> None:
         self._secret = secret
+        self._handshake_seconds = handshake_seconds
+        self._max_pending = max_pending
+        self._pending: "collections.OrderedDict[int, socket.socket]" = collections.OrderedDict()
+        self._pending_lock = threading.Lock()
         self._data: Dict[bytes, bytes] = {}
         self._cond = threading.Condition()
         self._reported: Set[str] = set()
         self._closed = False
+        self.accept_failures = 0
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv6 literals too
         self._listener = socket.create_server((host, port), family=family, reuse_port=False, backlog=128)
         self.port: int = self._listener.getsockname()[1]
@@ -82,32 +92,70 @@ class AuthStoreServer:
             pass
 
     def _accept_loop(self) -> None:
+        pause = _ACCEPT_BACKOFF[0]
         while not self._closed:
             try:
                 conn, addr = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn, addr[0]), daemon=True,
+            except OSError as exc:
+                if self._closed:
+                    return
+                self.accept_failures += 1
+                if self.accept_failures == 1:
+                    log.warning("distrib: the job's store could not accept a connection (%s); it "
+                                "backs off and keeps serving", exc)
+                time.sleep(pause)  # poll: the kernel does not say when a descriptor frees up
+                pause = min(_ACCEPT_BACKOFF[1], pause * 2)
+                continue
+            pause = _ACCEPT_BACKOFF[0]
+            self._admit(conn)
+            threading.Thread(target=self._serve, args=(conn, f"{addr[0]}:{addr[1]}"), daemon=True,
                              name="distrib-store-conn").start()
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Count ``conn`` as unauthenticated; past the cap, drop the oldest such connection."""
+        with self._pending_lock:
+            self._pending[id(conn)] = conn
+            while len(self._pending) > self._max_pending:
+                _, oldest = self._pending.popitem(last=False)
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's read ends and it closes
+                except OSError:
+                    pass
+
+    def _authenticated(self, conn: socket.socket) -> bool:
+        with self._pending_lock:
+            return self._pending.pop(id(conn), None) is not None
 
     def _serve(self, conn: socket.socket, address: str) -> None:
         with conn:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                conn.settimeout(_HANDSHAKE_SECONDS)
+                deadline = time.monotonic() + self._handshake_seconds
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(self._handshake_seconds)
                 if not conn.recv(1, socket.MSG_PEEK):
                     return  # connect-and-close: a task probing whether the chief listens yet
-                server_handshake(conn, self._secret)
+                session = server_handshake(conn, self._secret, deadline)
+                if not self._authenticated(conn):
+                    return  # dropped for a newer connection just as it finished
             except HandshakeAbandoned:
                 return  # nothing was proven and nothing read: not worth a warning
-            except (AuthenticationError, ProtocolError, OSError) as exc:
-                self._report_stranger(address, exc)
+            except SecretMismatchError as exc:
+                _MISMATCHES.append(address)
+                log.warning("distrib: %s: a connection from %s to the job's store; the job goes on "
+                            "without it", exc, address)
                 return
+            except (AuthenticationError, ProtocolError, OSError) as exc:
+                self._report_stranger(address.rsplit(":", 1)[0], exc)
+                return
+            finally:
+                self._authenticated(conn)
             conn.settimeout(None)
             try:
                 while True:
-                    request = decode_fields(recv_frame(conn))
-                    send_frame(conn, encode_fields(self._dispatch(request)))
+                    request = decode_fields(session.recv(conn))
+                    session.send(conn, encode_fields(self._dispatch(request)))
+            except AuthenticationError as exc:
+                self._report_stranger(address.rsplit(":", 1)[0], exc)
             except (ProtocolError, OSError):
                 return  # the task left (or broke its own connection): nothing to answer
 
@@ -238,7 +286,7 @@ class AuthStore(dist.Store):
         self._sock = socket.create_connection((host, port), timeout=max(1.0, timeout))
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client_handshake(self._sock, secret, self._where)
+            self._session = client_handshake(self._sock, secret, self._where)
         except BaseException:
             self._sock.close()
             raise
@@ -252,8 +300,11 @@ class AuthStore(dist.Store):
             try:
                 # A chief that stopped answering must not block this task forever.
                 self._sock.settimeout(max(wait_ms / 1000.0, self.timeout.total_seconds()) + _REPLY_SLACK_SECONDS)
-                send_frame(self._sock, encode_fields(fields))
-                reply = decode_fields(recv_frame(self._sock))
+                self._session.send(self._sock, encode_fields(fields))
+                reply = decode_fields(self._session.recv(self._sock))
+            except AuthenticationError as exc:
+                self._sock.close()
+                raise DistribCommError(f"the job's store at {self._where}: {exc}") from None
             except OSError as exc:
                 self._sock.close()  # a half-read reply would desynchronise every later call
                 raise DistribCommError(f"lost the connection to the job's store at {self._where}: "
@@ -320,30 +371,10 @@ class AuthStore(dist.Store):
 
 
 # ------------------------------------------------------------------ choosing
-_warned_open = False
-
-
-def _warn_without_secret(host: str) -> None:
-    global _warned_open
-    if _warned_open:
-        return
-    try:
-        loopback = all(ipaddress.ip_address(info[4][0]).is_loopback
-                       for info in socket.getaddrinfo(host, None))
-    except (OSError, ValueError):
-        loopback = False
-    if not loopback:
-        _warned_open = True
-        log.warning("distrib: no job secret configured and the job's store listens on %s, beyond "
-                    "loopback: anyone who reaches that port can read and write the job's keys; "
-                    "set DISTRIB_JOB_SECRET (or DISTRIB_JOB_SECRET_FILE) for every task", host)
-
-
 def host_store(host: str, port: int, world_size: int, timeout: float) -> dist.Store:
     """The chief's store: `AuthStoreServer` + its own client with a secret, else ``TCPStore``."""
-    secret = job_secret()
+    secret = cluster_secret(host)
     if secret is None:
-        _warn_without_secret(host)
         return dist.TCPStore(host, port, world_size, is_master=True,
                              timeout=timedelta(seconds=timeout), wait_for_workers=False)
     server = AuthStoreServer(host, port, secret)
@@ -355,10 +386,14 @@ def host_store(host: str, port: int, world_size: int, timeout: float) -> dist.St
 
 
 def connect_client(host: str, port: int, world_size: int, timeout: float) -> dist.Store:
-    """A connection to the chief's store, authenticated when a job secret is configured."""
-    secret = job_secret()
+    """A connection to the chief's store, authenticated when the job has a secret (`cluster_secret`)."""
+    secret = cluster_secret(host)
     if secret is None:
-        _warn_without_secret(host)
         return dist.TCPStore(host, port, world_size, is_master=False,
                              timeout=timedelta(seconds=timeout))
     return AuthStore(host, port, secret, timeout)
+
+
+def secret_mismatches() -> List[str]:
+    """Addresses that proved a different job secret to this process's store, oldest first."""
+    return list(_MISMATCHES)

@@ -33,8 +33,8 @@ from typing import Callable, List
 import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace
-from distrib.comm.auth_handshake import AuthenticationError
-from distrib.comm.auth_store import connect_client, host_store
+from distrib.comm.auth_handshake import AuthenticationError, ProtocolError
+from distrib.comm.auth_store import connect_client, host_store, secret_mismatches
 from distrib.comm.errors import RendezvousTimeoutError, first_line
 
 __all__ = ["connect_store", "store_client", "wait_for_all"]
@@ -79,9 +79,12 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
     start = time.monotonic()
     deadline = start + timeout
     announced = False
+    last_failure = ""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            if last_failure:
+                raise RendezvousTimeoutError(f"{describe(rank)} gave up after {timeout:g}s: {last_failure}")
             raise RendezvousTimeoutError(
                 f"{describe(rank)} gave up after {timeout:g}s: the chief {describe(0)} never "
                 f"accepted connections (is it running? is TF_CONFIG's address right?)")
@@ -95,6 +98,8 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
                 del store  # a previous attempt's chief (multi-node restart): wait for the new one
             except AuthenticationError as exc:
                 raise RendezvousTimeoutError(f"{describe(rank)}: {exc}") from None
+            except ProtocolError as exc:
+                last_failure = first_line(exc)
             except Exception:
                 pass
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
@@ -131,12 +136,19 @@ def wait_for_all(store: dist.Store, rank: int, world_size: int, timeout: float,
             names = ", ".join(describe(r) for r in missing)
             raise RendezvousTimeoutError(
                 f"timed out after {timeout:g}s waiting for {names} to join "
-                f"({world_size - len(missing)} of {world_size} tasks arrived)")
+                f"({world_size - len(missing)} of {world_size} tasks arrived){_mismatch_note()}")
         if not announced and missing and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
             log.warning("distrib: %s waiting for %s to join (timeout %gs)", describe(rank),
                         ", ".join(describe(r) for r in missing), timeout)
             announced = True
         time.sleep(_POLL_SECONDS)  # poll: the store offers no wait-for-count primitive
+
+
+def _mismatch_note() -> str:
+    seen = secret_mismatches()
+    if not seen:
+        return ""
+    return f"; job secret mismatch: {', '.join(sorted(set(seen))[:4])} proved a different job secret"
 
 
 def _missing(store: dist.Store, world_size: int) -> List[int]:

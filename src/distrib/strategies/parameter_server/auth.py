@@ -1,23 +1,34 @@
 """Who may talk on the parameter-server channel: per-call HMAC tokens from the job secret.
 
 Every call carries, in its gRPC metadata, a token
-``<timestamp>.<nonce>.<mac>`` where ``mac`` is an HMAC-SHA256, keyed with a
-key derived from the job secret (`distrib.comm.secret.job_secret`), over the
-method, the timestamp, the nonce and the SHA-256 digest of the request bytes.
-The raw secret never leaves the process. The server checks the token before
-it deserializes anything: a caller without the secret cannot forge one, a
-changed request no longer matches its token, a token older than
-`MAX_SKEW_SECONDS` is refused, and a nonce seen before (a replayed call) is
-refused. Replies are signed the same way (bound to the request's nonce), so
-a caller never unpickles a reply that did not come from a task of the job.
+``<timestamp>.<nonce>.<digest>.<mac>`` where ``digest`` is the SHA-256 of
+the request bytes and ``mac`` an HMAC-SHA256, keyed with a key derived from
+the job secret (`distrib.comm.secret.job_secret`), over the method, the
+*destination task*, the timestamp, the nonce and the digest. The raw secret
+never leaves the process.
+
+The server checks a call in two steps. `check_header`, on the metadata
+alone and before a byte of the request is read: the MAC (a caller without
+the secret cannot forge one), the destination and method (a call recorded
+on its way to one task or method is refused by any other), the age (older
+than `MAX_SKEW_SECONDS` is refused) and the nonce (a replayed call is
+refused). The nonce memory is bounded: when it is full the oldest nonces are
+forgotten and every token not newer than the newest forgotten one is
+refused as too old, so a replay is refused whatever the memory holds.
+Then `check_body`, once the request is read: its digest must match.
+Replies are signed the same way (bound to the request's nonce), so a caller
+never decodes a reply that did not come from a task of the job.
 
 Example:
     >>> auth = CallAuth(b"s3cret")
-    >>> token = auth.sign("/distrib.ps.PS/Call", b"request")
-    >>> auth.check("/distrib.ps.PS/Call", b"request", token) is None
+    >>> token = auth.sign("/distrib.ps.PS/Call", "ps:0", b"request")
+    >>> auth.check_header("/distrib.ps.PS/Call", "ps:0", token) is None
     True
-    >>> auth.check("/distrib.ps.PS/Call", b"changed", token) is not None   # refused: why
+    >>> auth.check_body(token, b"changed") is not None               # refused: why
     True
+    >>> auth.check_header("/distrib.ps.PS/Call", "ps:1", auth.sign("/distrib.ps.PS/Call", "ps:0", b"r"),
+    ...                   signed_for="ps:0")
+    'the call was signed for ps:0, not ps:1 (a recorded call sent elsewhere?)'
 """
 from __future__ import annotations
 
@@ -29,13 +40,14 @@ import threading
 import time
 from typing import Deque, Optional, Set, Tuple
 
-__all__ = ["CallAuth", "TOKEN_HEADER", "MAX_SKEW_SECONDS"]
+__all__ = ["CallAuth", "TOKEN_HEADER", "DEST_HEADER", "MAX_SKEW_SECONDS", "NONCE_MEMORY"]
 
 TOKEN_HEADER = "x-distrib-auth"
+DEST_HEADER = "x-distrib-dest"
 MAX_SKEW_SECONDS = 300.0
-_KEY_LABEL = b"distrib parameter-server channel v1"
+NONCE_MEMORY = 1 << 16
+_KEY_LABEL = b"distrib parameter-server channel v2"
 _MAC_BYTES = 32
-_NONCE_MEMORY = 1 << 16
 
 
 class CallAuth:
@@ -43,13 +55,16 @@ class CallAuth:
 
     Args:
         secret: the job secret (bytes); the signing key is HMAC(secret, label).
+        nonce_memory: how many recent nonces a server remembers.
     """
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, nonce_memory: int = NONCE_MEMORY) -> None:
         self._key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
         self._lock = threading.Lock()
         self._seen: Set[str] = set()
         self._order: Deque[Tuple[float, str]] = collections.deque()
+        self._memory = nonce_memory
+        self._floor = float("-inf")  # tokens stamped at or before this are refused
 
     def _mac(self, *parts: bytes) -> bytes:
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
@@ -59,40 +74,58 @@ class CallAuth:
         return mac.digest()
 
     # ------------------------------------------------------------ requests
-    def sign(self, method: str, request: bytes) -> str:
-        """The token for one call of ``method`` with body ``request``."""
+    def sign(self, method: str, dest: str, request: bytes) -> str:
+        """The token for one call of ``method`` on task ``dest`` with body ``request``."""
         stamp = f"{time.time():.6f}"
         nonce = secrets.token_hex(16)
-        mac = self._mac(b"call", method.encode(), stamp.encode(), nonce.encode(),
-                        hashlib.sha256(request).digest())
-        return f"{stamp}.{nonce}.{mac.hex()}"
+        digest = hashlib.sha256(request).hexdigest()
+        mac = self._mac(b"call", method.encode(), dest.encode(), stamp.encode(), nonce.encode(),
+                        digest.encode())
+        return f"{stamp}.{nonce}.{digest}.{mac.hex()}"
 
-    def check(self, method: str, request: bytes, token: Optional[str]) -> Optional[str]:
-        """None if ``token`` authenticates this call, else why not (one line, no secrets)."""
+    def check_header(self, method: str, dest: str, token: Optional[str],
+                     signed_for: Optional[str] = None) -> Optional[str]:
+        """None if ``token`` is a fresh, unreplayed token of this job for ``method`` on ``dest``.
+
+        ``signed_for`` is the destination the caller says it signed for (only
+        used to word the refusal). Returns why not (one line, no secrets).
+        """
         if not token:
-            return "the call carries no job token (is DISTRIB_JOB_SECRET set the same on every task?)"
+            return "the call carries no job token (is the same job secret set on every task?)"
         try:
-            whole, frac, nonce, mac_hex = token.split(".")
+            whole, frac, nonce, digest, mac_hex = token.split(".")
             stamp = float(f"{whole}.{frac}")
             mac = bytes.fromhex(mac_hex)
         except ValueError:
             return "the call's job token is malformed"
-        expected = self._mac(b"call", method.encode(), f"{whole}.{frac}".encode(), nonce.encode(),
-                             hashlib.sha256(request).digest())
+        expected = self._mac(b"call", method.encode(), dest.encode(), f"{whole}.{frac}".encode(),
+                             nonce.encode(), digest.encode())
         if not hmac.compare_digest(mac, expected):
-            return "the call's job token does not match (a different DISTRIB_JOB_SECRET, or a changed request)"
+            if signed_for and signed_for != dest:
+                return f"the call was signed for {signed_for[:64]}, not {dest} (a recorded call sent elsewhere?)"
+            return ("job secret mismatch: the call's job token does not match this task's secret (a "
+                    "different DISTRIB_JOB_SECRET, or a call meant for another task or method)")
         now = time.time()
         if abs(now - stamp) > MAX_SKEW_SECONDS:
             return (f"the call's job token is {abs(now - stamp):.0f}s old (more than "
                     f"{MAX_SKEW_SECONDS:.0f}s): replayed, or the clocks of the hosts differ")
         with self._lock:
-            if nonce in self._seen:
+            if nonce in self._seen or stamp <= self._floor:
                 return "the call's job token was used before (a replayed call)"
             self._seen.add(nonce)
-            self._order.append((now, nonce))
-            while self._order and (len(self._order) > _NONCE_MEMORY
+            self._order.append((stamp, nonce))
+            while self._order and (len(self._order) > self._memory
                                    or now - self._order[0][0] > 2 * MAX_SKEW_SECONDS):
-                self._seen.discard(self._order.popleft()[1])
+                old_stamp, old_nonce = self._order.popleft()
+                self._seen.discard(old_nonce)
+                self._floor = max(self._floor, old_stamp)
+        return None
+
+    def check_body(self, token: str, request: bytes) -> Optional[str]:
+        """None if ``request`` is the body ``token`` (already checked by `check_header`) was made for."""
+        digest = token.split(".")[3]
+        if not hmac.compare_digest(digest, hashlib.sha256(request).hexdigest()):
+            return "the request does not match its job token (changed on the way)"
         return None
 
     @staticmethod

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import pickle
 import threading
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
@@ -33,6 +32,7 @@ from distrib.cluster.task import TaskInfo
 from distrib.strategies.parameter_server import worker as ps_worker
 from distrib.strategies.parameter_server.errors import CancelledError, RemoteError, UnavailableError
 from distrib.strategies.parameter_server.runtime import is_remote_exception, unavailable
+from distrib.strategies.parameter_server.server import named_class
 from distrib.strategies.parameter_server.values import RemoteValue
 
 __all__ = ["Closure", "Dispatcher"]
@@ -180,7 +180,7 @@ class Dispatcher:
             if self._stopped:
                 raise _Stopped() from None
             if is_remote_exception(exc):
-                return ("error", pickle.dumps(RuntimeError(str(exc).splitlines()[0])), str(exc))
+                return ("error", {"class": "builtins:RuntimeError", "args": [str(exc).splitlines()[0]]}, str(exc))
             raise _WorkerLost(str(unavailable(self._describe(worker), exc))) from None
         installed.update(k for k, *_ in defs)
         return reply
@@ -190,7 +190,7 @@ class Dispatcher:
         if kind == "ok":
             try:
                 self._on_success(reply[2])
-                closure.value._set(pickle.loads(reply[1]))
+                closure.value._set(reply[1])
             except Exception as exc:  # noqa: BLE001 - e.g. a result class the chief cannot load
                 closure.value._set_error(exc)
                 self._fail(exc)
@@ -226,11 +226,12 @@ class Dispatcher:
         return self._runtime.cluster.describe("worker", worker)
 
 
-def _rebuild(data: bytes, remote_traceback: str, where: str) -> BaseException:
-    """The worker's exception, its remote traceback as the cause and a note naming the worker."""
+def _rebuild(spec: Dict[str, Any], remote_traceback: str, where: str) -> BaseException:
+    """The worker's exception (its class by name, among the chief's modules), its remote traceback as
+    the cause and a note naming the worker."""
     try:
-        error = pickle.loads(data)
-    except Exception:  # noqa: BLE001
+        error = named_class(spec["class"], BaseException)(*spec["args"])
+    except Exception:  # noqa: BLE001 - a class the chief lacks, or a constructor with other arguments
         error = RuntimeError(remote_traceback.strip().splitlines()[-1])
     error.__cause__ = RemoteError(f"\n\nTraceback on {where}:\n{remote_traceback}")
     if hasattr(error, "add_note"):

@@ -4,10 +4,13 @@ Transport: gRPC (`distrib.strategies.parameter_server.transport`). Every task se
 the handlers of its role (chief: ``ping``; worker: ``ping``, ``stop``, run a
 scheduled function; ps: ``ping``, ``stop``, the variable handlers of
 `distrib.strategies.parameter_server.server`) on a free port of its ``TF_CONFIG`` host.
-With a job secret (`distrib.comm.secret.job_secret`, which `distrib launch`
-sets) every call is authenticated before its bytes are deserialized
-(`distrib.strategies.parameter_server.auth`); without one the job runs unauthenticated
-and each task warns once. Every call has a deadline, and a peer that died
+Every call is authenticated before its bytes are read
+(`distrib.strategies.parameter_server.auth`) with the job secret
+(`distrib.comm.secret.cluster_secret`: the one `distrib launch` sets, or
+``DISTRIB_JOB_SECRET`` / ``_FILE``, or this user's per-host secret when the
+chief is on loopback). A job beyond loopback with neither a secret nor
+mutual TLS does not start: shipped functions travel as pickles inside
+authenticated calls, so an open channel would run a stranger's code. Every call has a deadline, and a peer that died
 (even by SIGKILL) fails calls at once (connection refused).
 
 Start-up: every task first meets the others at the chief's ``TF_CONFIG``
@@ -30,7 +33,6 @@ import queue
 import sys
 import threading
 import time
-import warnings
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -41,10 +43,10 @@ from distrib.cluster.task import TaskInfo
 from distrib.cluster.hostcheck import resolve_cluster_hosts
 from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
-from distrib.comm.secret import job_secret
+from distrib.comm.secret import NO_SECRET_ADVICE, cluster_secret, job_secret
 from distrib.strategies.parameter_server.auth import CallAuth
 from distrib.strategies.parameter_server.cluster import PSCluster
-from distrib.strategies.parameter_server.errors import ChannelError, PeerError, UnavailableError
+from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
 __all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "handler_name"]
@@ -52,7 +54,7 @@ __all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "handler_name
 log = logging.getLogger("distrib.ps")
 
 _PORT_KEY = "distrib/ps/grpc_port/"
-_WARNED: list = []
+_EXPOSED = "run code in its tasks"
 _MAIN_WORK: "queue.Queue[Any]" = queue.Queue()
 _JOINED: list = []
 _STOP = threading.Event()
@@ -107,15 +109,6 @@ def _reason(exc: BaseException) -> str:
     return text
 
 
-def _warn_unauthenticated() -> None:
-    if not _WARNED:
-        _WARNED.append(True)
-        warnings.warn("distrib: DISTRIB_JOB_SECRET is not set, so the parameter-server channel is "
-                      "unauthenticated: anyone who can reach this job's ports can run code in it. "
-                      "`distrib launch` sets a secret per job; otherwise set the same "
-                      "DISTRIB_JOB_SECRET on every task", UserWarning, stacklevel=3)
-
-
 def _handlers(role: str) -> Dict[str, Callable]:
     from distrib.strategies.parameter_server import server as ps_server, worker as ps_worker
 
@@ -163,17 +156,20 @@ class Runtime:
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
         tls = tls_from_env()
-        secret = job_secret()
+        secret = job_secret() if tls is not None else cluster_secret(host, _EXPOSED)
+        if secret is None and tls is None:
+            raise ChannelConfigError(f"parameter-server job without a job secret and its chief {host} is "
+                                     f"beyond loopback: anyone who can reach its ports could run code "
+                                     f"in it, so it does not start; {NO_SECRET_ADVICE}")
         auth = CallAuth(secret) if secret else None
-        if auth is None:
-            _warn_unauthenticated()
         store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
         store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout
         self._raw_store = store  # a Python Store (AuthStore) must outlive the PrefixStore around it
         self._store = attempt_store(store)
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
         my_host = self._host_of(c.task)
-        self._server = Server(my_host, _handlers(c.task.task_type), auth, tls, threads=max(8, 2 * world))
+        self._server = Server(my_host, _handlers(c.task.task_type), auth, tls, threads=max(8, 2 * world),
+                              name=str(c.task))
         self._store.set(f"{_PORT_KEY}{rank}", str(self._server.port))
         for peer_rank, task in enumerate(c.tasks):
             if peer_rank == rank:
@@ -184,7 +180,7 @@ class Runtime:
                                    f"which is not a port number: is something else using the "
                                    f"chief's address {host}:{port}?", "INVALID_ARGUMENT")
             address = f"{_bracket(self._host_of(task))}:{int(text)}"
-            self._channels[task] = Channel(address, auth, tls)
+            self._channels[task] = Channel(address, auth, tls, dest=str(task))
         self._started = True
 
     def _host_of(self, task: TaskInfo) -> str:

@@ -11,7 +11,10 @@ as one optimizer over the whole model would; updates from different workers
 are applied one at a time, in arrival order (asynchronous training).
 
 These functions are channel handlers: they run on the ps's gRPC server threads and share
-one lock, so a read never sees a half-applied update.
+one lock, so a read never sees a half-applied update. A ps task never
+unpickles: the optimizer's class arrives by name (``"torch.optim.adam:Adam"``),
+resolved among the modules this task has imported, and must be a
+``torch.optim.Optimizer``.
 
 Example (what a worker's step amounts to, on ps 0):
     >>> read_variables([(0, 0)])                     # [tensor([...])]
@@ -19,14 +22,16 @@ Example (what a worker's step amounts to, on ps 0):
 """
 from __future__ import annotations
 
-import pickle
+import importlib
+import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 __all__ = ["create_variables", "write_variables", "read_variables", "create_optimizer",
-           "apply_gradients", "inventory", "read_optimizer_state", "write_optimizer_state", "ShardKey"]
+           "apply_gradients", "inventory", "read_optimizer_state", "write_optimizer_state", "ShardKey",
+           "class_name", "named_class"]
 
 ShardKey = Tuple[int, int]
 
@@ -99,12 +104,38 @@ def read_variables(keys: Sequence[ShardKey]) -> List[torch.Tensor]:
         return [_VARIABLES[tuple(k)].detach().clone() for k in keys]
 
 
-def create_optimizer(opt_id: int, payload: bytes) -> None:
-    """Build this ps's part of optimizer ``opt_id`` (class, defaults and groups, pickled by the chief)."""
-    spec = pickle.loads(payload)
+def class_name(cls: type) -> str:
+    """``"module:qualname"`` of a class every task can name, or `TypeError` saying how to make it so."""
+    module, qualname = cls.__module__, cls.__qualname__
+    if "<locals>" in qualname:
+        raise TypeError(f"the optimizer class {qualname} is defined inside a function, so the ps tasks "
+                        f"cannot name it: define it at the top level of a module (or of the script, "
+                        f"above ParameterServerStrategy())")
+    return f"{module}:{qualname}"
+
+
+def named_class(name: str, base: type) -> type:
+    """The class called ``name`` (`class_name`), a subclass of ``base``, among this task's modules."""
+    module_name, _, qualname = str(name).partition(":")
+    module = sys.modules.get(module_name)
+    if module is None and module_name.split(".")[0] in ("torch", "distrib"):
+        module = importlib.import_module(module_name)
+    value: Any = module
+    for part in qualname.split("."):
+        value = getattr(value, part, None)
+    if not (isinstance(value, type) and issubclass(value, base)):
+        raise TypeError(f"this ps task has no {base.__name__} class {name!r}: define it in a module the "
+                        f"script imports (or in the script above ParameterServerStrategy()), so that "
+                        f"every task has it")
+    return value
+
+
+def create_optimizer(opt_id: int, class_ref: str, defaults: Dict[str, Any], groups: List[Dict[str, Any]]) -> None:
+    """Build this ps's part of optimizer ``opt_id``: class by name, hyper-parameters, shard keys per group."""
+    cls = named_class(class_ref, torch.optim.Optimizer)
     with _LOCK:
         if opt_id not in _OPTIMIZERS:
-            _OPTIMIZERS[opt_id] = _OptimizerShard(spec["class"], spec["defaults"], spec["groups"])
+            _OPTIMIZERS[opt_id] = _OptimizerShard(cls, dict(defaults), [dict(g) for g in groups])
 
 
 def apply_gradients(opt_id: int, keys: Sequence[ShardKey], grads: Sequence[torch.Tensor],

@@ -33,10 +33,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import pickle
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
-import cloudpickle
 import torch
 
 from distrib import hooks
@@ -283,10 +281,9 @@ class ParameterServerStrategy(Strategy):
                                                           for i in range(len(optimizer.param_groups))])
                     groups[index]["keys"].append(shard.key)
         defaults = {k: v for k, v in optimizer.defaults.items() if k != "params"}
+        class_ref = ps_server.class_name(type(optimizer))
         for ps, groups in per_ps.items():
-            payload = cloudpickle.dumps({"class": type(optimizer), "defaults": defaults, "groups": groups})
-            pickle.loads(payload)  # fail here, on the chief, if the class cannot travel
-            self._runtime.call(TaskInfo("ps", ps), ps_server.create_optimizer, (key, payload))
+            self._runtime.call(TaskInfo("ps", ps), ps_server.create_optimizer, (key, class_ref, defaults, groups))
         from distrib.strategies.parameter_server.optimizer_state import OptimizerStateSync
 
         OptimizerStateSync(self._runtime, self._registry, key, optimizer)  # its state_dict reads the ps tasks

@@ -6,11 +6,19 @@ reply is ``encode(("ok", value))`` or ``encode(("raised", text))``. The
 server runs only handlers registered for its task by name (it never
 unpickles a function), on its thread pool.
 
+Requests and replies are in the closed encoding of
+`distrib.strategies.parameter_server.wire`, which never unpickles.
+
 Authentication (`distrib.strategies.parameter_server.auth`): with a job secret every
-request carries a per-call token in its metadata; the server checks it on
-the raw request bytes and refuses the call (``UNAUTHENTICATED``) before
-anything is deserialized. Replies are sealed, and the caller refuses a reply
-whose seal does not check, so neither side unpickles bytes from a stranger.
+request carries a per-call token in its metadata, signed for this task and
+method. A server interceptor checks the token on the metadata alone, before
+any byte of the request is read, and refuses a bad one (``UNAUTHENTICATED``)
+with a handler that never reads the request: a stranger's call holds no
+handler thread and no memory, however large a message it announces or however
+long it stalls. The body is then checked against the token's digest. Replies
+are sealed, and the caller refuses a reply whose seal does not check.
+Messages are limited to ``DISTRIB_PS_MAX_MESSAGE_BYTES`` (default 1 GiB) in
+both directions, and a connection to at most 64 concurrent calls.
 
 TLS (optional, `tls_from_env`): ``DISTRIB_TLS_CERT`` and ``DISTRIB_TLS_KEY``
 (PEM files) make every server serve TLS and every channel use it, with
@@ -20,8 +28,8 @@ usual self-signed job certificate) and client certificates required
 the certificate when it does not name the hosts of ``TF_CONFIG``.
 
 Example:
-    >>> server = Server("127.0.0.1", {"echo": lambda x: x}, auth=None, tls=None, threads=4)
-    >>> channel = Channel(f"127.0.0.1:{server.port}", auth=None, tls=None)
+    >>> server = Server("127.0.0.1", {"echo": lambda x: x}, auth=None, tls=None, threads=4, name="ps:0")
+    >>> channel = Channel(f"127.0.0.1:{server.port}", auth=None, tls=None, dest="ps:0")
     >>> channel.call_async("echo", (5,), timeout=10).wait()
     5
 """
@@ -37,13 +45,52 @@ import grpc
 import torch
 
 from distrib.strategies.parameter_server import wire as ps_wire
-from distrib.strategies.parameter_server.auth import TOKEN_HEADER, CallAuth
+from distrib.strategies.parameter_server.auth import DEST_HEADER, TOKEN_HEADER, CallAuth
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError
 
-__all__ = ["METHOD", "TlsConfig", "tls_from_env", "Server", "Channel"]
+__all__ = ["METHOD", "TlsConfig", "tls_from_env", "max_message_bytes", "Server", "Channel"]
 
 METHOD = "/distrib.ps.PS/Call"
-_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+_MAX_MESSAGE_ENV = "DISTRIB_PS_MAX_MESSAGE_BYTES"
+_STREAMS_PER_CONNECTION = 64
+
+
+def max_message_bytes(environ: Optional[Mapping[str, str]] = None) -> int:
+    """The largest request or reply of the channel: ``DISTRIB_PS_MAX_MESSAGE_BYTES``, default 1 GiB."""
+    text = (os.environ if environ is None else environ).get(_MAX_MESSAGE_ENV, "")
+    if not text:
+        return 1 << 30
+    if not text.isdigit() or not 1 <= int(text) < (1 << 31):
+        raise ChannelConfigError(f"{_MAX_MESSAGE_ENV}={text!r}: give a byte count from 1 to {(1 << 31) - 1}")
+    return int(text)
+
+
+def _options() -> list:
+    limit = max_message_bytes()
+    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
+            ("grpc.max_concurrent_streams", _STREAMS_PER_CONNECTION)]
+
+
+class _Gate(grpc.ServerInterceptor):
+    """Refuses a call whose token does not check, from its metadata, without reading its request."""
+
+    def __init__(self, auth: CallAuth, name: str) -> None:
+        self._auth = auth
+        self._name = name
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        if details.method != METHOD:
+            return None  # UNIMPLEMENTED, answered without reading the request
+        metadata = dict(details.invocation_metadata or ())
+        token, signed_for = metadata.get(TOKEN_HEADER), metadata.get(DEST_HEADER)
+        why = self._auth.check_header(METHOD, self._name, token if isinstance(token, str) else None,
+                                      signed_for if isinstance(signed_for, str) else None)
+        if why is None:
+            return continuation(details)
+        message = f"distrib: call refused by {self._name}: {why}"
+        # A streaming-request handler is called before any request message is read.
+        return grpc.stream_unary_rpc_method_handler(
+            lambda requests, context: context.abort(grpc.StatusCode.UNAUTHENTICATED, message))
 _TLS_VARS = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
 
 
@@ -108,16 +155,18 @@ class Server:
         auth: checks each call's token; None serves unauthenticated.
         tls: serve TLS with these credentials; None serves plain TCP.
         threads: the size of the handler thread pool.
+        name: this task (``"ps:0"``); calls must be signed for it.
     """
 
     def __init__(self, host: str, handlers: Dict[str, Callable[..., Any]], auth: Optional[CallAuth],
-                 tls: Optional[TlsConfig], threads: int) -> None:
+                 tls: Optional[TlsConfig], threads: int, name: str) -> None:
         self._handlers = dict(handlers)
         self._auth = auth
         self._server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="distrib-ps"),
                                    handlers=[grpc.method_handlers_generic_handler("distrib.ps.PS", {
                                        "Call": grpc.unary_unary_rpc_method_handler(self._call)})],
-                                   options=_OPTIONS)
+                                   interceptors=[_Gate(auth, name)] if auth is not None else None,
+                                   options=_options())
         target = f"{_bracket(host)}:0"
         if tls is None:
             self.port = self._server.add_insecure_port(target)
@@ -132,9 +181,9 @@ class Server:
 
     def _call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         nonce = ""
-        if self._auth is not None:
-            token = dict(context.invocation_metadata()).get(TOKEN_HEADER)
-            why = self._auth.check(METHOD, request, token if isinstance(token, str) else None)
+        if self._auth is not None:  # the token itself was checked by `_Gate` before this read
+            token = str(dict(context.invocation_metadata()).get(TOKEN_HEADER))
+            why = self._auth.check_body(token, request)
             if why is not None:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, f"distrib: call refused: {why}")
             nonce = CallAuth.nonce_of(token)
@@ -164,17 +213,19 @@ class Channel:
         address: ``host:port`` of the peer's server.
         auth: signs calls and checks replies; None for an unauthenticated job.
         tls: use TLS with these credentials; None for plain TCP.
+        dest: the peer task (``"ps:0"``) its calls are signed for.
     """
 
-    def __init__(self, address: str, auth: Optional[CallAuth], tls: Optional[TlsConfig]) -> None:
+    def __init__(self, address: str, auth: Optional[CallAuth], tls: Optional[TlsConfig], dest: str) -> None:
         self._auth = auth
+        self._dest = dest
         if tls is None:
-            self._channel = grpc.insecure_channel(address, options=_OPTIONS)
+            self._channel = grpc.insecure_channel(address, options=_options())
         else:
             creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
                                                  certificate_chain=tls.cert)
             extra = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
-            self._channel = grpc.secure_channel(address, creds, options=_OPTIONS + extra)
+            self._channel = grpc.secure_channel(address, creds, options=_options() + extra)
         self._stub = self._channel.unary_unary(METHOD)
 
     def call_async(self, name: str, args: Sequence[Any], timeout: Optional[float]) -> torch.futures.Future:
@@ -187,9 +238,9 @@ class Channel:
         metadata = None
         nonce = ""
         if self._auth is not None:
-            token = self._auth.sign(METHOD, request)
+            token = self._auth.sign(METHOD, self._dest, request)
             nonce = CallAuth.nonce_of(token)
-            metadata = ((TOKEN_HEADER, token),)
+            metadata = ((TOKEN_HEADER, token), (DEST_HEADER, self._dest))
         result: torch.futures.Future = torch.futures.Future()
         call = self._stub.future(request, timeout=timeout or None, metadata=metadata)
         call.add_done_callback(lambda done: self._complete(done, nonce, result))
@@ -208,9 +259,9 @@ class Channel:
             return
         body = sealed if self._auth is None else self._auth.open_reply(nonce, sealed)
         if body is None:
-            result.set_exception(ChannelError("the reply is not signed with this job's key (a different "
-                                              "DISTRIB_JOB_SECRET, or not a task of this job)",
-                                              "UNAUTHENTICATED"))
+            result.set_exception(ChannelError("job secret mismatch: the reply is not signed with this "
+                                              "job's key (a different DISTRIB_JOB_SECRET, or not a "
+                                              "task of this job)", "UNAUTHENTICATED"))
             return
         try:
             reply = ps_wire.decode(body)

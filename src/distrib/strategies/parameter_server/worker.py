@@ -22,15 +22,13 @@ Example (the chief's side of one call):
 """
 from __future__ import annotations
 
-import pickle
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import cloudpickle
 import torch
 
 from distrib.cluster.task import TaskInfo
-from distrib.strategies.parameter_server import server as ps_server
+from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
 from distrib.strategies.parameter_server.errors import UnavailableError
 from distrib.strategies.parameter_server.pickling import Importer
 from distrib.strategies.parameter_server.runtime import run_on_main_thread
@@ -113,7 +111,7 @@ class WorkerState:
     def execute(self, defs: Sequence[Tuple[int, str, bytes, Tuple[int, ...]]], payload: bytes,
                 hyper: Dict[int, Dict[int, Dict[str, Any]]]) -> Tuple[Any, ...]:
         """Run one scheduled function; returns ``("ok", result, deltas)``, ``("ps", message, task)``
-        or ``("error", pickled exception, traceback text)``."""
+        or ``("error", {"class": name, "args": [...]}, traceback text)``."""
         try:
             imp = self.importer
             for key, kind, data, deps in defs:
@@ -143,24 +141,28 @@ class WorkerState:
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the chief
             return _error_reply(exc)
         try:
-            return ("ok", cloudpickle.dumps(result), deltas)
-        except Exception as exc:  # noqa: BLE001
-            return _error_reply(TypeError(f"the scheduled function's return value could not be sent to "
-                                          f"the chief: {type(exc).__name__}: {exc}"))
+            ps_wire.encode(result)
+        except ps_wire.WireFormatError as exc:
+            return _error_reply(TypeError(f"the scheduled function's return value could not be sent to the "
+                                          f"chief ({exc}); return tensors, numbers, strings or lists, "
+                                          f"tuples and dicts of them"))
+        return ("ok", result, deltas)
 
 
 def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def _error_reply(exc: BaseException) -> Tuple[str, bytes, str]:
+def _error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
+    """The exception by class name and arguments (the chief rebuilds it), and its traceback text."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        data = cloudpickle.dumps(exc)
-        pickle.loads(data)
-    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as text
-        data = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
-    return ("error", data, text)
+        name = ps_server.class_name(type(exc))
+        args = list(exc.args)
+        ps_wire.encode(args)
+    except (TypeError, ps_wire.WireFormatError):
+        name, args = "builtins:RuntimeError", [f"{type(exc).__name__}: {exc}"]
+    return ("error", {"class": name, "args": args}, text)
 
 
 def run_closure(defs: Sequence[Tuple[int, str, bytes, Tuple[int, ...]]], payload: bytes,

@@ -1,0 +1,151 @@
+"""The authenticated store under attack: slow handshakes, floods, failed accepts, tampering, wrong secrets."""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import time
+
+import pytest
+
+from distrib.comm import auth_store
+from distrib.comm.auth_handshake import (MAGIC, SecretMismatchError, client_handshake, decode_fields,
+                                         encode_fields)
+from distrib.comm.auth_store import AuthStore, AuthStoreServer, secret_mismatches
+
+pytestmark = pytest.mark.timeout(60)
+SECRET = b"unit-test-job-secret"
+
+
+def _closed(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` within ``within`` seconds (reading whatever it sends)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+def test_a_handshake_trickled_one_byte_at_a_time_is_dropped_at_the_whole_deadline():
+    server = AuthStoreServer("127.0.0.1", 0, SECRET, handshake_seconds=1.0)
+    greeting = MAGIC + b"n" * 32
+    sent = 0
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        dropped = False
+        while sent < len(greeting) and not dropped:
+            try:
+                sock.sendall(greeting[sent:sent + 1])
+            except OSError:
+                dropped = True
+                break
+            sent += 1
+            dropped = _closed(sock, within=0.25)  # the attacker's pace: one byte per 0.25 s
+    # each byte came well within any per-read limit; the whole greeting would need ~9.5 s
+    assert dropped and sent < len(greeting)
+    assert AuthStore("127.0.0.1", server.port, SECRET, 5.0).num_keys() == 0  # still serving
+    server.close()
+
+
+def test_unauthenticated_connections_are_capped_and_the_job_still_connects():
+    server = AuthStoreServer("127.0.0.1", 0, SECRET, max_pending=4)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
+    try:
+        owner = AuthStore("127.0.0.1", server.port, SECRET, 5.0)
+        owner.set("k", "v")
+        assert owner.get("k") == b"v"
+        assert sum(_closed(sock, within=2.0) for sock in idle[:8]) == 8  # the oldest were dropped
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
+class _FlakyListener:
+    """A listening socket whose first accepts fail as they do when descriptors run out."""
+
+    def __init__(self, real: socket.socket, failures: int) -> None:
+        self._real, self.failures = real, failures
+
+    def accept(self):
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return self._real.accept()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_the_store_keeps_accepting_after_accept_fails(monkeypatch, caplog):
+    real_create = socket.create_server
+    flaky = []
+
+    def create_server(*args, **kwargs):
+        flaky.append(_FlakyListener(real_create(*args, **kwargs), failures=5))
+        return flaky[-1]
+
+    monkeypatch.setattr(socket, "create_server", create_server)
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    monkeypatch.undo()
+    store = AuthStore("127.0.0.1", server.port, SECRET, 10.0)
+    store.set("after", "failures")
+    assert store.get("after") == b"failures"
+    assert server.accept_failures == 5 and caplog.text.count("could not accept") == 1
+    server.close()
+
+
+def _raw_client(server: AuthStoreServer):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return sock, client_handshake(sock, SECRET, "test")
+
+
+def test_a_tampered_or_replayed_store_message_is_refused():
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    owner = AuthStore("127.0.0.1", server.port, SECRET, 5.0)
+    sock, session = _raw_client(server)
+    frame = bytearray(session.seal(encode_fields([b"set", b"key", b"honest"])))
+    frame[frame.index(b"honest"):frame.index(b"honest") + 6] = b"forged"
+    sock.sendall(bytes(frame))
+    assert _closed(sock, within=5.0) and not owner.check(["key"])
+    sock.close()
+    sock, session = _raw_client(server)
+    frame = session.seal(encode_fields([b"add", b"counter", b"1"]))
+    sock.sendall(frame)
+    assert decode_fields(session.recv(sock)) == [b"ok", b"1"]
+    sock.sendall(frame)  # the same frame again: its sequence number is spent
+    assert _closed(sock, within=5.0) and owner.add("counter", 0) == 1
+    sock.close()
+    server.close()
+
+
+def test_a_secret_mismatch_is_named_on_both_sides_at_once(caplog):
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    with pytest.raises(SecretMismatchError, match=f"job secret mismatch: .* 127.0.0.1:{server.port} "):
+        AuthStore("127.0.0.1", server.port, b"another job's secret", 30.0)
+    deadline = time.monotonic() + 10
+    while not secret_mismatches() and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll
+    peer = secret_mismatches()[-1]
+    assert peer.startswith("127.0.0.1:") and peer != f"127.0.0.1:{server.port}"
+    assert f"job secret mismatch" in caplog.text and peer in caplog.text
+    server.close()
+
+
+def test_the_chief_names_a_mismatch_when_it_times_out(monkeypatch):
+    from distrib.comm.rendezvous import wait_for_all
+    from distrib.comm.errors import RendezvousTimeoutError
+
+    monkeypatch.setattr(auth_store, "_MISMATCHES", ["10.0.0.7:41234"])
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    store = AuthStore("127.0.0.1", server.port, SECRET, 5.0)
+    with pytest.raises(RendezvousTimeoutError, match="job secret mismatch: 10.0.0.7:41234"):
+        wait_for_all(store, 0, 2, 0.2, lambda r: f"task {r}")
+    server.close()
