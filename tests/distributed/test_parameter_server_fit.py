@@ -144,7 +144,7 @@ def scenario_fit_worker_killed() -> None:
 def _momentum(model) -> list:
     """The momentum buffers as the chief's optimizer reports them (read from the ps tasks)."""
     state = model.torch_optimizer.state_dict()["state"]
-    return [state[i]["momentum_buffer"].tolist() for i in sorted(state)]
+    return [state[i]["momentum"].tolist() for i in sorted(state)]
 
 
 def scenario_fit_backup() -> None:

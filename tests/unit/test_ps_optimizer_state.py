@@ -111,8 +111,7 @@ def test_a_keras_rule_optimizer_on_two_ps_shards_matches_one_optimizer(make):
     defaults = {k: v for k, v in one.defaults.items() if k != "params"}
     ps_server.create_variables([(var, 0), (var, 1)], [start[:3], start[3:]])
     groups = [{**defaults, "keys": [(var, 0), (var, 1)]}]
-    ps_server.create_optimizer(opt_id, cloudpickle.dumps({"class": type(one), "defaults": defaults,
-                                                          "groups": groups}))
+    ps_server.create_optimizer(opt_id, ps_server.class_name(type(one)), defaults, groups)
     try:
         for _ in range(3):
             grad = torch.randn(5, 2)
