@@ -274,6 +274,7 @@ def test_progbar_verbose_1_prints_keras_line(capsys, monkeypatch, terminal):
     from distrib.callbacks import progbar
 
     monkeypatch.setattr(progbar, "_interactive", lambda: terminal)
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the whole line (narrower: test_progress_fit)
     ran = fit(StubModel(), [callbacks.ProgbarLogger()], progbar_logs(2), steps=70, verbose=1,
               batch_logs=lambda e, s: {"loss": 0.54, "accuracy": 0.83} if s % 10 == 9 else None)
     out = capsys.readouterr().out
