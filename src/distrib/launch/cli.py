@@ -257,14 +257,18 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
 
 def _add_plot(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     plot = commands.add_parser(
-        "plot", help="draw training curves from TensorBoard logs as a PNG",
-        description="Read the epoch_* scalars of a TensorBoard log directory (as the "
-                    "TensorBoard callback writes them: LOGDIR/train, LOGDIR/validation) and "
-                    "draw one panel per metric, train and validation overlaid.",
-        epilog="example:\n  distrib plot logs/run1 -o curves.png\n\n"
-               "needs matplotlib and tensorboard: pip install 'distrib[plot,tensorboard]'",
+        "plot", help="draw training curves (TensorBoard logs, CSVLogger file, saved History) as a PNG",
+        description="Read training curves from a TensorBoard log directory (the epoch_* "
+                    "scalars the TensorBoard callback writes: LOGDIR/train, LOGDIR/validation), "
+                    "a CSVLogger file, or a History saved as JSON (json.dump(history.history, f)), "
+                    "and draw one panel per metric, train and validation overlaid.",
+        epilog="examples:\n  distrib plot logs/run1 -o curves.png\n  distrib plot training.csv\n"
+               "  distrib plot history.json\n\n"
+               "needs matplotlib (and tensorboard for log directories): "
+               "pip install \"distrib[plot,tensorboard]\"",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    plot.add_argument("logdir", metavar="LOGDIR", help="the TensorBoard callback's log_dir")
+    plot.add_argument("logdir", metavar="PATH",
+                      help="a TensorBoard log_dir, a CSVLogger .csv file or a History .json file")
     plot.add_argument("-o", "--output", default="curves.png", metavar="PNG",
                       help="the image to write (default: curves.png)")
     return plot
@@ -322,10 +326,10 @@ def _run_launch(opts: LaunchOptions) -> int:
 
 def _run_plot(ns: argparse.Namespace) -> int:
     from distrib.errors import DistribError
-    from distrib.plot import plot_logdir
+    from distrib.plot import plot_path
 
     try:
-        figure = plot_logdir(ns.logdir, ns.output)
+        figure = plot_path(ns.logdir, ns.output)
     except (DistribError, ImportError, OSError) as exc:
         print(f"distrib plot: {exc}", file=sys.stderr)
         return EXIT_TASK_FAILED
