@@ -185,7 +185,7 @@ def launch(
         else:
             base_env[key] = str(value)
     if not base_env.get(SECRET_ENV) and not base_env.get(SECRET_FILE_ENV):
-        if fixed_cluster is None:
+        if fixed_cluster is None or len(hosts or ()) == 1:
             base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
         else:  # the launchers of the other nodes cannot know a secret made here
             print("distrib launch: no job secret for this multi-node job, so its store is not "
