@@ -40,6 +40,7 @@ from distrib.errors import DistribError
 __all__ = ["excepthook", "is_cluster_task", "task_label", "one_line", "short_cause", "verbose",
            "VERBOSE_HINT"]
 
+_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 VERBOSE_HINT = "(full traceback: set DISTRIB_VERBOSE=1 or use distrib launch --verbose)"
 _MAX_CHARS = 600
 
@@ -64,9 +65,11 @@ def task_label(environ: Optional[Mapping[str, str]] = None) -> str:
         return env["DISTRIB_TASK_NAME"]
     try:
         task = json.loads(env.get("TF_CONFIG") or "{}").get("task") or {}
-        if task.get("type"):
-            return f"{task['type']} {task.get('index', 0)}"
-    except (ValueError, AttributeError, TypeError):
+        task_type, index = task.get("type"), task.get("index")
+        if task_type in _TASK_TYPES:  # a bad type or index is what the error is about: not a label
+            valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1 << 20
+            return f"{task_type} {index}" if valid else f"a {task_type} task"
+    except (ValueError, AttributeError, TypeError, RecursionError):
         pass
     if env.get("RANK"):
         return f"rank {env['RANK']}"
