@@ -252,15 +252,18 @@ def plot_logdir(logdir: Union[str, "os.PathLike[str]"],
                 path: Optional[Union[str, "os.PathLike[str]"]] = None,
                 title: Optional[str] = None) -> Any:
     """Draw the curves the TensorBoard callback wrote under ``logdir``; returns the Figure."""
-    figure = _figure(read_tensorboard_scalars(logdir), title or os.fspath(logdir))
-    _save(figure, path)
-    return figure
+    return _draw_from(read_tensorboard_scalars, logdir, path, title)
 
 
 def plot_path(source: Union[str, "os.PathLike[str]"],
               path: Optional[Union[str, "os.PathLike[str]"]] = None,
               title: Optional[str] = None) -> Any:
     """Draw the curves in ``source`` (see `read_curves`); returns the Figure."""
-    figure = _figure(read_curves(source), title or os.fspath(source))
+    return _draw_from(read_curves, source, path, title)
+
+
+def _draw_from(reader: Any, source: Union[str, "os.PathLike[str]"],
+               path: Optional[Union[str, "os.PathLike[str]"]], title: Optional[str]) -> Any:
+    figure = _figure(reader(source), title or os.fspath(source))
     _save(figure, path)
     return figure
