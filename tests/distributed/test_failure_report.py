@@ -103,7 +103,8 @@ def _check(how: str, workers: int, text: str, returncode: int) -> None:
     assert lines[-1] == summaries[0], text
 
 
-@pytest.mark.parametrize("how", ["user", "distrib", "callback", "kill", "term"])
+@pytest.mark.parametrize("how", ["user", "distrib", "callback", "kill",
+                                 pytest.param("term", marks=pytest.mark.slow)])
 def test_two_workers_each_failure_is_reported_once(write_script, how):
     script = write_script("fail.py", SCRIPT)
     proc = _launch(script, how, 2)
@@ -125,7 +126,8 @@ def _torchrun() -> str:
     return path
 
 
-@pytest.mark.parametrize("how", ["user"] + [pytest.param("distrib", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["user", "distrib"])
 def test_under_torchrun_the_traceback_is_printed_once_and_the_root_cause_names_it(write_script, how):
     script = write_script("fail.py", SCRIPT)
     proc = subprocess.run([_torchrun(), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
