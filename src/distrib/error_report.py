@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from types import TracebackType
 from typing import Mapping, Optional, Type
 
@@ -38,6 +40,7 @@ from distrib.errors import DistribError
 __all__ = ["excepthook", "is_cluster_task", "task_label", "one_line", "short_cause", "verbose",
            "VERBOSE_HINT"]
 
+_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 VERBOSE_HINT = "(full traceback: set DISTRIB_VERBOSE=1 or use distrib launch --verbose)"
 _MAX_CHARS = 600
 
@@ -62,9 +65,11 @@ def task_label(environ: Optional[Mapping[str, str]] = None) -> str:
         return env["DISTRIB_TASK_NAME"]
     try:
         task = json.loads(env.get("TF_CONFIG") or "{}").get("task") or {}
-        if task.get("type"):
-            return f"{task['type']} {task.get('index', 0)}"
-    except (ValueError, AttributeError, TypeError):
+        task_type, index = task.get("type"), task.get("index")
+        if task_type in _TASK_TYPES:  # a bad type or index is what the error is about: not a label
+            valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1 << 20
+            return f"{task_type} {index}" if valid else f"a {task_type} task"
+    except (ValueError, AttributeError, TypeError, RecursionError):
         pass
     if env.get("RANK"):
         return f"rank {env['RANK']}"
@@ -97,15 +102,50 @@ def short_cause(line: str, label: str) -> str:
 
 def excepthook(kind: Type[BaseException], error: BaseException,
                tb: Optional[TracebackType]) -> None:
-    """Report an uncaught distrib error in one line; hand anything else to ``previous_excepthook``."""
-    if isinstance(error, DistribError) and not verbose():
-        try:
-            sys.stderr.write(f"{one_line(error, task_label())} {VERBOSE_HINT}\n")
-            sys.stderr.flush()
-            return
-        except Exception:  # a broken stderr: fall back to the usual report
-            pass
-    previous_excepthook(kind, error, tb)
+    """Report an uncaught distrib error in one line; hand anything else to ``previous_excepthook``.
+
+    Re-entered while it is already reporting (a chain of hooks that loops
+    back to it), it prints with Python's own hook instead of going round
+    again: a failure is reported once, never as a ``RecursionError``.
+    """
+    if getattr(_reporting, "active", False):
+        sys.__excepthook__(kind, error, tb)
+        return
+    _reporting.active = True
+    try:
+        _tell_torchrun(error)
+        if isinstance(error, DistribError) and not verbose():
+            try:
+                sys.stderr.write(f"{one_line(error, task_label())} {VERBOSE_HINT}\n")
+                sys.stderr.flush()
+                return
+            except Exception:  # a broken stderr: fall back to the usual report
+                pass
+        previous_excepthook(kind, error, tb)
+    finally:
+        _reporting.active = False
+
+
+_reporting = threading.local()
+
+
+def _tell_torchrun(error: BaseException) -> None:
+    """Give torchrun's agent the one-line cause for its summary (its ``TORCHELASTIC_ERROR_FILE``).
+
+    Without it the agent's "Root Cause" says only "To enable traceback see ...";
+    with it, it names the exception. The traceback itself is printed once, by
+    the task; the file holds one line so the agent does not print it again.
+    """
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path) or isinstance(error, (KeyboardInterrupt, SystemExit)):
+        return
+    try:
+        with open(path, "x", encoding="utf-8") as out:
+            line = one_line(error, task_label())[len("distrib: "):]
+            json.dump({"message": {"message": line, "extraInfo": {
+                "py_callstack": line, "timestamp": str(int(time.time()))}}}, out)
+    except OSError:  # the agent's directory is gone or unwritable: its summary stays generic
+        pass
 
 
 #: The hook that was installed before `excepthook` (set by `distrib.hooks`).

@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import sys
 import threading
@@ -101,11 +102,48 @@ def installed_hooks() -> Dict[str, int]:
 
 # ------------------------------------------------------------------ Python
 def install_excepthook() -> None:
-    """Make uncaught distrib errors one line (`distrib.error_report`); idempotent."""
+    """Make uncaught distrib errors one line (`distrib.error_report`); idempotent.
+
+    A hook installed after distrib's that wraps it (torch.distributed's
+    ``init_process_group`` does: it prefixes ``[rank0]:``) is left in place:
+    wrapping it in turn would make the two hooks call each other for ever.
+    Under ``distrib launch``, whose ``[worker 0]`` prefix already names the
+    task, torch's wrapper is taken off again so lines are not prefixed twice.
+    """
     with _lock:
-        if sys.excepthook is not error_report.excepthook:
-            error_report.previous_excepthook = sys.excepthook
-            sys.excepthook = error_report.excepthook
+        current = sys.excepthook
+        if _hook_chain_has(current, error_report.excepthook):
+            if os.environ.get("DISTRIB_LAUNCHED") == "1" and _is_torch_rank_prefixer(current):
+                sys.excepthook = error_report.excepthook
+            return
+        error_report.previous_excepthook = current
+        sys.excepthook = error_report.excepthook
+
+
+def _is_torch_rank_prefixer(hook: Any) -> bool:
+    return (getattr(hook, "__qualname__", "").endswith("_distributed_excepthook")
+            and getattr(hook, "__module__", "") == "torch.distributed.distributed_c10d")
+
+
+def _hook_chain_has(hook: Any, target: Callable[..., Any], depth: int = 8) -> bool:
+    """Whether ``hook`` is ``target`` or calls it through closures/``__wrapped__`` (bounded search)."""
+    seen: set = set()
+    pending = [(hook, 0)]
+    while pending:
+        fn, level = pending.pop()
+        if fn is target:
+            return True
+        if level >= depth or id(fn) in seen or not callable(fn):
+            continue
+        seen.add(id(fn))
+        inner = [getattr(fn, "__wrapped__", None)]
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                inner.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        pending.extend((candidate, level + 1) for candidate in inner if callable(candidate))
+    return False
 
 
 def at_exit(fn: Callable[[], Any]) -> Handle:

@@ -40,7 +40,7 @@ def test_launch_help_has_examples_for_each_way_to_run(capsys):
         assert example in text, example
 
 
-@pytest.mark.parametrize("flag, meant", [("--nproc_per_node", "--nproc-per-node"), ("--worker", "--workers"),
+@pytest.mark.parametrize("flag, meant", [("--num-workers", "--workers"), ("--worker", "--workers"),
                                          ("--max-restart", "--max-restarts"), ("--chef", "--chief")])
 def test_a_misspelt_option_gets_a_suggestion(flag, meant, capsys):
     with pytest.raises(SystemExit) as info:

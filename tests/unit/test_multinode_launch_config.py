@@ -36,7 +36,7 @@ def test_hosts_flags_parse_like_torchrun():
     (["--hosts", "a,b", "--master-addr", "b"], "--master-addr b is not the first of --hosts (a)"),
     (["--hosts", "a,b", "--node-rank", "2"], "--node-rank 2 is out of range for 2 node(s)"),
     (["--hosts", "a,,b"], "--hosts 'a,,b' has an empty entry"),
-    (["--node-rank", "1"], "--node-rank and --master-port need --hosts"),
+    (["--node-rank", "1"], "--node-rank needs --hosts"),
     (["--hosts", "a", "--workers", "2", "--nproc-per-node", "3"], "--nproc-per-node 3 and --workers 2 disagree"),
     (["--master-port", "70000", "--hosts", "a"], "expected a port in 1..65535, got 70000"),
 ])

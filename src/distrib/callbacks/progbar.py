@@ -27,6 +27,7 @@ text only when tqdm actually redraws.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from typing import Any, Dict, Optional
@@ -35,11 +36,10 @@ from tqdm import tqdm
 
 from distrib.callbacks._chief import is_chief
 from distrib.callbacks.callback import Callback, Logs
-from distrib.callbacks.progress_format import format_count, format_eta, format_logs, format_step_time
+from distrib.callbacks.progress_format import (BAR_WIDTH, fit_line, format_bar, format_count, format_eta,
+                                                format_logs, format_step_time)
 
-__all__ = ["ProgbarLogger"]
-
-BAR_WIDTH = 20
+__all__ = ["ProgbarLogger", "BAR_WIDTH"]
 
 
 def _interactive() -> bool:
@@ -80,21 +80,35 @@ class _Timer:
         return time.monotonic() - self.start
 
 
+def _line_width() -> int:
+    """Characters a live line may take: the terminal's columns less one (the cursor never wraps).
+
+    Under ``distrib launch`` stdout is a pipe; the launcher sets ``COLUMNS`` to
+    its terminal's width less the ``[worker 0] `` prefix it adds.
+    """
+    return max(shutil.get_terminal_size((80, 24)).columns - 1, 1)
+
+
 class _KerasBar(tqdm):
-    """A tqdm bar whose text is Keras's; ``state`` supplies counter, timer, logs and target."""
+    """A tqdm bar whose text is Keras's, fitted to the terminal; ``state`` supplies the parts.
+
+    tqdm keeps the redraw rate and the ``\r`` updates; the text is
+    `distrib.callbacks.progress_format.fit_line`, which gives up the least
+    useful parts (never ``loss``) when the terminal is narrow.
+    """
 
     monitor_interval = 0  # no tqdm monitor thread in training processes
 
     def __init__(self, state: "ProgbarLogger", target: Optional[int]) -> None:
         self._state = state
-        fmt = "{keras_count} {bar:%d}{keras_info}" % BAR_WIDTH if target else "{keras_count}{keras_info}"
-        super().__init__(total=target, file=sys.stdout, bar_format=fmt, ascii="─━", leave=True,
+        self._width = _line_width()
+        super().__init__(total=target, file=sys.stdout, bar_format="{keras_line}", leave=True,
                          mininterval=0.1, miniters=1, dynamic_ncols=False)
 
     @property
     def format_dict(self) -> Dict[str, Any]:
         d = super().format_dict
-        d.update(self._state._render(int(d["n"])))
+        d["keras_line"] = self._state._line(int(d["n"]), self._width)
         return d
 
 
@@ -125,13 +139,20 @@ class ProgbarLogger(Callback):
     def _active(self) -> bool:
         return self.verbose > 0 and is_chief(self.model)
 
-    def _render(self, current: int) -> Dict[str, str]:
+    def _clock(self, current: int) -> str:
         if self._final or not self.target:
-            clock = f" {self._timer.elapsed():.0f}s"
-        else:
-            clock = format_eta(self._timer.per_step(current) * (self.target - current))
-        info = clock + format_step_time(self._timer.per_step(current)) + format_logs(self._logs)
-        return {"keras_count": format_count(current, self.target), "keras_info": info}
+            return f" {self._timer.elapsed():.0f}s"
+        return format_eta(self._timer.per_step(current) * (self.target - current))
+
+    def _line(self, current: int, width: Optional[int] = None) -> str:
+        """The progress line; fitted into ``width`` characters when given (a live terminal)."""
+        fraction = current / self.target if self.target else None
+        count, clock = format_count(current, self.target), self._clock(current)
+        step_time = format_step_time(self._timer.per_step(current))
+        if width is None:
+            bar = f" {format_bar(fraction)}" if fraction is not None else ""
+            return count + bar + clock + step_time + format_logs(self._logs)
+        return fit_line(count, fraction, clock, step_time, self._logs, width)
 
     def _reset(self) -> None:
         self._close()
@@ -160,9 +181,7 @@ class ProgbarLogger(Callback):
         self._final = True
         current = self._seen
         if self.verbose == 1 and not _interactive():
-            bar = " " + "━" * BAR_WIDTH if self.target else ""
-            info = self._render(current)
-            print(f"{info['keras_count']}{bar}{info['keras_info']}", file=sys.stdout, flush=True)
+            print(self._line(current), file=sys.stdout, flush=True)
         elif self.verbose == 1:
             if self._bar is None:
                 self._bar = _KerasBar(self, self.target)

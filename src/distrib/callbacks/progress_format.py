@@ -9,13 +9,19 @@ Example:
     ' 1:15'
     >>> format_logs({"accuracy": 0.83, "loss": 0.54})
     ' - accuracy: 0.8300 - loss: 0.5400'
+    >>> fit_line(" 7/70", 0.1, " 1:15", " 28ms/step", {"accuracy": 0.83, "loss": 0.54}, 40)
+    ' 7/70 ━───────── 1:15 - loss: 0.5400'
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
-__all__ = ["format_count", "format_step_time", "format_eta", "format_value", "format_logs"]
+__all__ = ["format_count", "format_step_time", "format_eta", "format_value", "format_logs",
+           "format_bar", "fit_line", "BAR_WIDTH"]
+
+BAR_WIDTH = 20
+_MIN_BAR_WIDTH = 10
 
 
 def format_count(current: int, target: Optional[int]) -> str:
@@ -62,3 +68,59 @@ def format_logs(logs: Optional[Mapping[str, Any]]) -> str:
         return ""
     names = sorted(logs, key=lambda k: (k.startswith("val_"), k))
     return "".join(f" - {k}: {format_value(logs[k])}" for k in names)
+
+
+def format_bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """Keras's bar: ``━`` for the done part, ``─`` for the rest (``width`` characters)."""
+    done = min(width, max(0, int(fraction * width)))
+    return "━" * done + "─" * (width - done)
+
+
+def _loss_first(names: List[str]) -> List[str]:
+    """Log names in the order they are given up: last dropped is ``loss``, then ``val_loss``."""
+    keep = [n for n in ("loss", "val_loss") if n in names]
+    return [n for n in reversed(names) if n not in keep] + list(reversed(keep))
+
+
+def _candidates(count: str, fraction: Optional[float], clock: str, step_time: str,
+                logs: Mapping[str, Any]) -> Iterator[str]:
+    """The line from fullest to barest; each drops the least useful part left."""
+    names = sorted(logs, key=lambda k: (k.startswith("val_"), k))
+    bars = [BAR_WIDTH, _MIN_BAR_WIDTH] if fraction is not None else [0]
+
+    def line(bar: int, clock_part: str, step: str, shown: List[str]) -> str:
+        drawn = f" {format_bar(fraction or 0.0, bar)}" if bar else ""
+        return count + drawn + clock_part + step + format_logs({k: logs[k] for k in shown})
+
+    yield line(bars[0], clock, step_time, names)
+    for bar in bars:
+        yield line(bar, clock, "", names)
+    shown = list(names)
+    for name in _loss_first(names)[:-1]:  # the other metrics go before the bar does
+        shown.remove(name)
+        yield line(bars[-1], clock, "", shown)
+    yield line(0, clock, "", shown)
+    yield line(0, "", "", shown)
+
+
+def fit_line(count: str, fraction: Optional[float], clock: str, step_time: str,
+             logs: Optional[Mapping[str, Any]], width: int) -> str:
+    """The progress line in at most ``width`` characters, dropping parts before it cuts ``loss``.
+
+    Given up in this order: the step time, half the bar, the metrics other
+    than ``loss`` (``val_*`` first, then the last alphabetically; ``val_loss``
+    last), the bar, the time. Only a width too small for ``count - loss:
+    value`` cuts the line.
+
+    Example:
+        >>> logs = {"accuracy": 0.83, "loss": 0.54, "val_loss": 0.6}
+        >>> fit_line("70/70", 1.0, " 2s", " 28ms/step", logs, 79)
+        '70/70 ━━━━━━━━━━ 2s - accuracy: 0.8300 - loss: 0.5400 - val_loss: 0.6000'
+        >>> fit_line("70/70", 1.0, " 2s", " 28ms/step", logs, 30)
+        '70/70 2s - loss: 0.5400'
+    """
+    last = ""
+    for last in _candidates(count, fraction, clock, step_time, logs or {}):
+        if len(last) <= width:
+            return last
+    return last[:max(width, 0)]

@@ -32,16 +32,15 @@ from typing import Any, Dict, Optional, Union
 from distrib.callbacks._chief import is_chief
 from distrib.callbacks.callback import Callback, Logs
 from distrib.optimizers.learning_rate import get_learning_rate
+from distrib.utils.optional import require
 
 __all__ = ["TensorBoard"]
 
 
 def _summary_writer(log_dir: str) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ImportError("the TensorBoard callback needs the tensorboard package: "
-                          "pip install 'distrib[tensorboard]' (or pip install tensorboard)") from None
+    require("tensorboard", extra="tensorboard", purpose="the TensorBoard callback")
+    from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter(log_dir=log_dir)
 
 

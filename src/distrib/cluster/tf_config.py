@@ -17,7 +17,9 @@ no chief or worker to train, so the evaluator runs alone (TensorFlow runs an
 evaluator's strategy locally too). Everything else is checked strictly and each
 mistake gets one line naming the field, e.g.
 ``TF_CONFIG['task']['index']: 2 is out of range for job 'worker' with 2 tasks (valid 0..1)``.
-Keys TensorFlow tools add (``"job"``, ``"task": {"trial": ...}``) are ignored.
+Keys TensorFlow tools add (``"job"``, ``"task": {"trial": ...}``) are ignored, and so
+is any other unknown key -- unless it is close to a key TF_CONFIG knows, which
+is then named: ``TF_CONFIG['task']: unknown key 'tpye' (did you mean 'type'?)``.
 
 As in TensorFlow, an ``evaluator`` task may run beside a cluster that does not
 list an ``evaluator`` job (its index must then be 0).
@@ -46,6 +48,8 @@ __all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty", "E
 class EmptyTFConfigWarning(UserWarning):
     """``TF_CONFIG`` is set but describes no training cluster: the process runs alone."""
 
+_TOP_KEYS = ("cluster", "task", "rpc_layer", "environment")
+_TASK_KEYS = ("type", "index")
 _SHAPE = '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
 _CLUSTER = "TF_CONFIG['cluster']"
 _TASK = "TF_CONFIG['task']"
@@ -131,6 +135,7 @@ class TFConfigClusterResolver(ClusterResolver):
         if not config:
             self._spec, self._task_type, self._task_id = ClusterSpec(), None, None
             return
+        _check_keys(config, _TOP_KEYS, "TF_CONFIG")
         if "cluster" not in config:
             raise ClusterConfigError(
                 f"{_CLUSTER}: missing; TF_CONFIG must look like {_SHAPE} (or be empty for a "
@@ -172,6 +177,16 @@ def _warn_alone(what: str, evaluator: bool = False) -> None:
                   EmptyTFConfigWarning, stacklevel=3)
 
 
+def _check_keys(mapping: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Name an unknown key that is a near miss of a known one (others are ignored, as in TF)."""
+    for key in mapping:
+        if key in known:
+            continue
+        hint = did_you_mean(key, known)
+        if hint:
+            raise ClusterConfigError(f"{where}: unknown key {key[:60]!r}{hint}")
+
+
 def _optional_str(config: Mapping[str, Any], key: str) -> Optional[str]:
     value = config.get(key)
     if value is not None and not isinstance(value, str):
@@ -208,6 +223,7 @@ def _parse_task(task: Any, spec: ClusterSpec) -> tuple[Optional[str], Optional[i
             f"{kind_of(task)} {show(task)}")
     if not task and not spec:
         return None, None
+    _check_keys(task, _TASK_KEYS, _TASK)
     task_type = _parse_type(task, spec)
     return task_type, _parse_index(task, task_type, spec)
 

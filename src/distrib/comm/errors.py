@@ -5,7 +5,8 @@ from distrib.errors import DistribError
 
 import re
 
-__all__ = ["first_line", "DistribCommError", "RendezvousTimeoutError", "WorkerLostError", "CollectiveTimeoutError"]
+__all__ = ["first_line", "DistribCommError", "RendezvousTimeoutError", "WorkerLostError", "CollectiveTimeoutError",
+           "PortInUseError"]
 
 
 class DistribCommError(DistribError, RuntimeError):
@@ -14,6 +15,10 @@ class DistribCommError(DistribError, RuntimeError):
 
 class RendezvousTimeoutError(DistribCommError):
     """Some tasks never joined the job within the timeout."""
+
+
+class PortInUseError(DistribCommError):
+    """The chief's rendezvous port is held by another program (named on the chief and on every task)."""
 
 
 class WorkerLostError(DistribCommError):

@@ -23,25 +23,30 @@ Example log line (worker 0 started first, worker 1 not yet):
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import torch.distributed as dist
 
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.auth_handshake import AuthenticationError, ProtocolError
 from distrib.comm.auth_store import connect_client, host_store, secret_mismatches
-from distrib.comm.errors import RendezvousTimeoutError, first_line
+from distrib.comm.errors import PortInUseError, RendezvousTimeoutError, first_line
 
 __all__ = ["connect_store", "store_client", "wait_for_all"]
 
 log = logging.getLogger("distrib.comm")
 _POLL_SECONDS = 0.05
 _QUIET_SECONDS = 1.0  # ordinary start-up skew; say nothing before this
+#: A chief address that accepts connections but does not answer as a store within
+#: this many seconds is another program's port, not a slow chief (a store answers in ms).
+_FOREIGN_SECONDS = 8.0
 
 
 def _agent_hosts_store(port: int) -> bool:
@@ -69,6 +74,10 @@ def connect_store(host: str, port: int, rank: int, world_size: int, timeout: flo
         try:
             return host_store(host, port, world_size, timeout)
         except Exception as exc:  # address in use, unresolvable host
+            if _address_in_use(exc):
+                raise PortInUseError(
+                    f"{describe(0)} cannot listen on {host}:{port}: the port is already in use by "
+                    f"another program; free it or give the chief another port") from None
             raise RendezvousTimeoutError(
                 f"{describe(0)} could not listen on {host}:{port}: {first_line(exc)}") from None
     return _connect_client(host, port, rank, world_size, timeout, describe)
@@ -79,6 +88,7 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
     start = time.monotonic()
     deadline = start + timeout
     announced = False
+    silent_since: Optional[float] = None  # when the address began accepting without answering
     last_failure = ""
     while True:
         remaining = deadline - time.monotonic()
@@ -92,16 +102,26 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
         # hundreds of milliseconds, which every worker that starts before its chief would pay.
         if _accepts(host, port):
             try:
-                store = store_client(host, port, world_size, min(2.0, remaining))
+                store = _answering_client(host, port, world_size, min(2.0, remaining),
+                                          min(_FOREIGN_SECONDS, max(remaining, 0.1)))
                 if not _joined_before(store, rank):
                     return store
                 del store  # a previous attempt's chief (multi-node restart): wait for the new one
             except AuthenticationError as exc:
                 raise RendezvousTimeoutError(f"{describe(rank)}: {exc}") from None
-            except ProtocolError as exc:
+            except ProtocolError as exc:  # a distrib store that shed this handshake: try again
                 last_failure = first_line(exc)
+                silent_since = None
+            except (_NoAnswer, TimeoutError) as exc:
+                silent_since = silent_since or time.monotonic()
+                if isinstance(exc, _NoAnswer) or time.monotonic() - silent_since >= _FOREIGN_SECONDS:
+                    raise PortInUseError(
+                        f"{describe(rank)}: the chief's address {host}:{port} accepts connections "
+                        f"but does not answer as distrib's store (for {_FOREIGN_SECONDS:g}s): "
+                        f"another program probably holds the port, so the chief {describe(0)} "
+                        f"cannot listen there; free it or give the chief another port") from None
             except Exception:
-                pass
+                silent_since = None
         if not announced and time.monotonic() - start >= min(_QUIET_SECONDS, timeout / 2):
             log.warning("distrib: %s waiting for the chief %s to accept connections (timeout %gs)",
                         describe(rank), describe(0), timeout)
@@ -112,6 +132,44 @@ def _connect_client(host: str, port: int, rank: int, world_size: int, timeout: f
 def _joined_before(store: dist.Store, rank: int) -> bool:
     """Whether ``rank`` already joined this attempt's keys: the store belongs to an attempt that is ending."""
     return bool(store.check([f"{attempt_namespace()}/distrib/joined/{rank}"]))
+
+
+class _NoAnswer(Exception):
+    """The address accepted a connection but no store answered in time."""
+
+
+def _answering_client(host: str, port: int, world_size: int, timeout: float, wait: float) -> dist.Store:
+    """`store_client`, given up after ``wait`` seconds.
+
+    torch's store client waits for ever for a reply from a peer that accepted
+    the connection and stays silent (another program listening on the port),
+    so the attempt runs on a daemon thread; one that never returns is left
+    behind with its socket, and the task fails with `PortInUseError`.
+    """
+    outcome: dict = {}
+
+    def attempt() -> None:
+        try:
+            outcome["store"] = store_client(host, port, world_size, timeout)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=attempt, name="distrib-store-connect", daemon=True)
+    thread.start()
+    thread.join(wait)
+    if thread.is_alive():
+        raise _NoAnswer()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["store"]
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    """Whether listening failed because the address is taken (``EADDRINUSE``; torch words it in text)."""
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return True
+    text = str(exc)
+    return "Address already in use" in text or "EADDRINUSE" in text
 
 
 def _accepts(host: str, port: int) -> bool:
@@ -144,12 +202,12 @@ def wait_for_all(store: dist.Store, rank: int, world_size: int, timeout: float,
         time.sleep(_POLL_SECONDS)  # poll: the store offers no wait-for-count primitive
 
 
+def _missing(store: dist.Store, world_size: int) -> List[int]:
+    return [r for r in range(world_size) if not store.check([f"distrib/joined/{r}"])]
+
+
 def _mismatch_note() -> str:
     seen = secret_mismatches()
     if not seen:
         return ""
     return f"; job secret mismatch: {', '.join(sorted(set(seen))[:4])} proved a different job secret"
-
-
-def _missing(store: dist.Store, world_size: int) -> List[int]:
-    return [r for r in range(world_size) if not store.check([f"distrib/joined/{r}"])]

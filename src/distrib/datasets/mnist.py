@@ -9,6 +9,7 @@ labels. Its source, in order:
    ``x_test``, ``y_test``) or a directory holding the four IDX files
    (``train-images-idx3-ubyte`` etc., optionally ``.gz``);
 2. otherwise the 1,797 real handwritten digits bundled with scikit-learn
+   (``pip install "distrib[datasets]"``; without it, one line says so)
    (8×8, 17 grey levels), scaled to 20×20 and centred in 28×28 like MNIST,
    split 1,500 / 297 into train and test writers, then brought to MNIST's
    60,000 / 10,000 images by shifting each digit by up to 3 pixels
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
+
+from distrib.utils.optional import require
 
 __all__ = ["load_data"]
 
@@ -76,11 +79,9 @@ def _read_idx(path: Path) -> np.ndarray:
 
 
 def _load_sklearn_digits() -> Tuple[Split, Split]:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        raise ImportError("distrib.datasets.mnist needs scikit-learn for its bundled digits "
-                          "(pip install scikit-learn), or DISTRIB_MNIST=/path/to/mnist.npz") from None
+    load_digits = require("sklearn.datasets", extra="datasets",
+                          purpose="distrib.datasets.mnist (offline digits; or set DISTRIB_MNIST="
+                                  "/path/to/mnist.npz)").load_digits
     import torch
     import torch.nn.functional as F
 

@@ -51,6 +51,13 @@ def _others(count: int) -> str:
     return "stopped the other task" if count == 1 else f"stopped the other {count} tasks"
 
 
+def _with_columns(env: Dict[str, str], columns: Optional[int]) -> Dict[str, str]:
+    """The task's ``COLUMNS``: the launcher's terminal width less the task's line prefix."""
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return env
+
+
 def _check_target(target: str, module: bool, cwd: Optional[str]) -> None:
     if not target:
         raise ValueError("distrib launch: no script or module given")
@@ -178,7 +185,7 @@ def launch(
         else:
             base_env[key] = str(value)
     if not base_env.get(SECRET_ENV) and not base_env.get(SECRET_FILE_ENV):
-        if fixed_cluster is None:
+        if fixed_cluster is None or len(hosts or ()) == 1:
             base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
         else:  # the launchers of the other nodes cannot know a secret made here
             print("distrib launch: no job secret for this multi-node job, so its store is not "
@@ -212,9 +219,9 @@ def launch(
                 cluster = build_cluster(layout, host, reserve_ports(len(tasks), host))
                 local_training = len(layout.training_tasks())
             launches = [
-                TaskLaunch(task, command, task_environment(
+                TaskLaunch(task, command, _with_columns(task_environment(
                     base_env, cluster, task, num_training_tasks=local_training,
-                    restart_count=result.restarts))
+                    restart_count=result.restarts), router.task_columns(task.name)))
                 for task in tasks
             ]
             router.forget_errors()

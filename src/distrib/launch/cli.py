@@ -3,7 +3,9 @@
 Everything after the script (or after ``-m module``) is passed to the tasks
 untouched, even arguments that look like launcher options. ``distrib`` (or
 ``python -m distrib``) with no command prints the help and exits 0. A
-misspelt option gets a suggestion (``--nproc-per-node`` -> ``--workers``).
+misspelt option gets a suggestion (``--worker`` -> ``--workers``); torchrun's
+underscore spellings (``--nproc_per_node``, ``--node_rank``, ``--master_addr``,
+``--master_port``, ``--max_restarts``) are accepted as aliases.
 
 Example:
     >>> opts = parse_args(["launch", "--workers", "2", "train.py", "--workers", "9"])
@@ -13,6 +15,8 @@ Example:
     True
     >>> suggest_option("--worker", ["--workers", "--chief"])
     '--workers'
+    >>> parse_args(["launch", "--nproc_per_node", "2", "--master_port=29600", "train.py"]).workers
+    2
 
 Exit codes: 0 success; 1 a task failed (and no restart was left); 2 bad
 command line; 124 ``--timeout`` ran out; 130 / 143 / 129 the launcher got
@@ -43,7 +47,7 @@ examples:
   distrib plot logs/run1 -o curves.png           training curves from TensorBoard logs
   python -m distrib                              this help
 
-install: pip install -c constraints.txt .   (add [plot] for distrib plot, [tensorboard] for logs)
+install: pip install -c constraints.txt ".[plot,tensorboard,datasets]"   (plot, logs, offline MNIST)
 """
 
 LAUNCH_EXAMPLES = """\
@@ -65,15 +69,15 @@ piped to a file, each epoch prints one line. distrib's own errors print one line
 """
 
 #: Options of other launchers people type by habit, and the distrib option that does it.
+#: (torchrun's underscore spellings -- ``--nproc_per_node``, ``--node_rank``,
+#: ``--master_addr``, ``--master_port``, ``--max_restarts`` -- are accepted as they are.)
 KNOWN_ALIASES: Dict[str, str] = {
-    "--nproc_per_node": "--nproc-per-node",
-    "--node_rank": "--node-rank",
-    "--master_addr": "--master-addr",
-    "--master_port": "--master-port",
     "--num-workers": "--workers",
     "--np": "--workers",
-    "--max_restarts": "--max-restarts",
     "--num-ps": "--ps",
+    "--num_workers": "--workers",
+    "--rdzv_endpoint": "--master-addr",
+    "--rdzv-endpoint": "--master-addr",
 }
 
 
@@ -178,15 +182,15 @@ def _add_multinode_flags(run: argparse.ArgumentParser) -> None:
                        help="address of every node, the same list on every node")
     nodes.add_argument("--nnodes", type=_count, default=None, metavar="N",
                        help="number of nodes (default: the number of --hosts)")
-    nodes.add_argument("--node-rank", type=_count, default=0, metavar="I",
+    nodes.add_argument("--node-rank", "--node_rank", type=_count, default=0, metavar="I",
                        help="this node's index in --hosts (default: 0)")
-    nodes.add_argument("--master-addr", default=None, metavar="HOST",
+    nodes.add_argument("--master-addr", "--master_addr", default=None, metavar="HOST",
                        help="the chief's host; must be the first of --hosts")
-    nodes.add_argument("--master-port", type=_port, default=None, metavar="PORT",
+    nodes.add_argument("--master-port", "--master_port", type=_port, default=None, metavar="PORT",
                        help=f"the chief's port, first of the cluster's ports "
                             f"(default: {DEFAULT_MASTER_PORT})")
-    nodes.add_argument("--nproc-per-node", type=_count, default=None, metavar="P",
-                       help="worker tasks per node (same as --workers)")
+    nodes.add_argument("--nproc-per-node", "--nproc_per_node", type=_count, default=None,
+                       metavar="P", help="worker tasks per node (same as --workers)")
 
 
 def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -201,7 +205,7 @@ def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         hosts = [h.strip() for h in ns.hosts.split(",")]
         if not all(hosts):
             parser.error(f"--hosts {ns.hosts!r} has an empty entry; expected H1,H2,...")
-    elif ns.master_addr is not None or ns.nnodes is not None:
+    elif ns.master_addr is not None or ns.nnodes is not None or ns.master_port is not None:
         if (ns.nnodes or 1) > 1:
             parser.error(f"--nnodes {ns.nnodes} needs --hosts H1,...,H{ns.nnodes}: every node "
                          f"must know every other node's address to build the same TF_CONFIG")
@@ -215,8 +219,8 @@ def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         if ns.node_rank >= len(hosts):
             parser.error(f"--node-rank {ns.node_rank} is out of range for {len(hosts)} node(s) "
                          f"(valid 0..{len(hosts) - 1})")
-    elif ns.node_rank or ns.master_port is not None:
-        parser.error("--node-rank and --master-port need --hosts (or --master-addr)")
+    elif ns.node_rank:
+        parser.error("--node-rank needs --hosts (or --master-addr)")
     ns.hosts = hosts
     if ns.master_port is None:
         ns.master_port = DEFAULT_MASTER_PORT
@@ -235,7 +239,7 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
     run.add_argument("--ps", type=_count, default=0, metavar="K",
                      help="number of parameter-server tasks (default: 0)")
     run.add_argument("--evaluator", action="store_true", help="add an evaluator task")
-    run.add_argument("--max-restarts", type=_count, default=0, metavar="K",
+    run.add_argument("--max-restarts", "--max_restarts", type=_count, default=0, metavar="K",
                      help="restart the whole group up to K times after a failure (default: 0)")
     run.add_argument("--host", default="127.0.0.1",
                      help="address to pick ports on and publish in TF_CONFIG (default: 127.0.0.1)")
@@ -257,14 +261,18 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
 
 def _add_plot(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     plot = commands.add_parser(
-        "plot", help="draw training curves from TensorBoard logs as a PNG",
-        description="Read the epoch_* scalars of a TensorBoard log directory (as the "
-                    "TensorBoard callback writes them: LOGDIR/train, LOGDIR/validation) and "
-                    "draw one panel per metric, train and validation overlaid.",
-        epilog="example:\n  distrib plot logs/run1 -o curves.png\n\n"
-               "needs matplotlib and tensorboard: pip install 'distrib[plot,tensorboard]'",
+        "plot", help="draw training curves (TensorBoard logs, CSVLogger file, saved History) as a PNG",
+        description="Read training curves from a TensorBoard log directory (the epoch_* "
+                    "scalars the TensorBoard callback writes: LOGDIR/train, LOGDIR/validation), "
+                    "a CSVLogger file, or a History saved as JSON (json.dump(history.history, f)), "
+                    "and draw one panel per metric, train and validation overlaid.",
+        epilog="examples:\n  distrib plot logs/run1 -o curves.png\n  distrib plot training.csv\n"
+               "  distrib plot history.json\n\n"
+               "needs matplotlib (and tensorboard for log directories): "
+               "pip install \"distrib[plot,tensorboard]\"",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    plot.add_argument("logdir", metavar="LOGDIR", help="the TensorBoard callback's log_dir")
+    plot.add_argument("logdir", metavar="PATH",
+                      help="a TensorBoard log_dir, a CSVLogger .csv file or a History .json file")
     plot.add_argument("-o", "--output", default="curves.png", metavar="PNG",
                       help="the image to write (default: curves.png)")
     return plot
@@ -322,10 +330,10 @@ def _run_launch(opts: LaunchOptions) -> int:
 
 def _run_plot(ns: argparse.Namespace) -> int:
     from distrib.errors import DistribError
-    from distrib.plot import plot_logdir
+    from distrib.plot import plot_path
 
     try:
-        figure = plot_logdir(ns.logdir, ns.output)
+        figure = plot_path(ns.logdir, ns.output)
     except (DistribError, ImportError, OSError) as exc:
         print(f"distrib plot: {exc}", file=sys.stderr)
         return EXIT_TASK_FAILED

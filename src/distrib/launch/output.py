@@ -36,6 +36,8 @@ Example:
 from __future__ import annotations
 
 import codecs
+import os
+import shutil
 import sys
 import threading
 from typing import IO, Dict, List, Optional, TextIO, Tuple, Union
@@ -47,6 +49,7 @@ OutputMode = Union[None, str, TextIO]
 _MAX_LINE_CHARS = 1 << 16
 _READ_BYTES = 1 << 16
 _CLEAR_ROW = "\r\x1b[K"
+_MIN_TASK_COLUMNS = 20
 
 
 def _isatty(stream: object) -> bool:
@@ -89,6 +92,22 @@ class OutputRouter:
     @property
     def capturing(self) -> bool:
         return self._capture
+
+    def task_columns(self, name: str) -> Optional[int]:
+        """Columns left for task ``name``'s live lines after its ``[name] `` prefix (live mode only).
+
+        A task's stdout is a pipe, so it cannot ask the terminal; the launcher
+        passes this down as the task's ``COLUMNS`` so a progress bar fits.
+        """
+        if not self.live:
+            return None
+        try:
+            columns = os.get_terminal_size(self._destination("stdout").fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = shutil.get_terminal_size().columns
+        if columns <= 0:
+            return None
+        return max(columns - len(f"[{name}] "), _MIN_TASK_COLUMNS)
 
     def task_text(self, name: str, stream: str, text: str) -> None:
         """Take any piece of what task ``name`` wrote to ``stream`` (lines or part of one)."""
