@@ -81,6 +81,15 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         """Apply Keras's ``update_step`` to ``p`` in place (``step`` is Keras's ``iterations + 1``)."""
         raise NotImplementedError
 
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        """`update` for many dense parameters of one device and dtype at once (``torch._foreach_*`` ops).
+
+        Overriding it is optional (without it `step` calls `update` per parameter); an override
+        must round exactly as `update` does, op for op.
+        """
+        raise NotImplementedError
+
     def _schedule_of(self, group: Dict[str, Any]) -> Any:
         """The group's learning-rate schedule (kept in the group as its JSON config), or None."""
         config = group.get("learning_rate_schedule")
@@ -109,32 +118,73 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
             work.append((group, params, grads))
         _clip(work)
         for group, params, grads in work:
-            schedule = self._schedule_of(group)
-            wd = group.get("weight_decay")
-            lr = float(group["lr"])
-            for p, g in zip(params, grads):
-                state = self.state[p]
-                if not state:
-                    state.update(self.init_state(p, group))
-                    state["step"] = 0
-                    if group.get("use_ema"):
-                        state["average"] = torch.zeros_like(p)
-                elif "step" not in state:
-                    raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, "
-                                     f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
-                                     "checkpoint of another optimizer class?)")
-                iterations = int(state["step"])
-                if schedule is not None:
-                    lr = float(schedule(iterations))
-                if wd:
-                    p.sub_(p * wd * lr)
-                self.update(p, g, state, group, iterations + 1, lr)
-                if group.get("use_ema"):
-                    _update_ema(p, state, group, iterations)
-                state["step"] = iterations + 1
-            if schedule is not None and params:
-                group["lr"] = lr
+            if params:
+                self._step_group(group, params, grads)
         return loss
+
+    def _step_group(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor]) -> None:
+        """One group's step: one `update_foreach` per (device, dtype) bucket, else `update` per parameter."""
+        states, buckets, counts = [], {}, set()
+        dense = type(self).update_foreach is not KerasTorchOptimizer.update_foreach
+        for index, (p, g) in enumerate(zip(params, grads)):
+            state = self.state[p]
+            if not state:
+                state.update(self.init_state(p, group))
+                state["step"] = 0
+                if group.get("use_ema"):
+                    state["average"] = torch.zeros_like(p)
+            elif "step" not in state:
+                raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, "
+                                 f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
+                                 "checkpoint of another optimizer class?)")
+            states.append(state)
+            counts.add(state["step"])
+            if dense:
+                if g.is_sparse or p.is_complex() or g.device != p.device:
+                    dense = False
+                else:
+                    buckets.setdefault((p.device, p.dtype), []).append(index)
+        if not dense or len(counts) != 1:
+            self._step_each(group, params, grads, states)
+            return
+        iterations = int(counts.pop())
+        schedule = self._schedule_of(group)
+        lr = float(schedule(iterations)) if schedule is not None else float(group["lr"])
+        wd = group.get("weight_decay")
+        for indices in buckets.values():
+            ps = [params[i] for i in indices] if len(buckets) > 1 else params
+            gs = [grads[i] for i in indices] if len(buckets) > 1 else grads
+            sts = [states[i] for i in indices] if len(buckets) > 1 else states
+            if wd:
+                decay = torch._foreach_mul(ps, wd)
+                torch._foreach_mul_(decay, lr)
+                torch._foreach_sub_(ps, decay)
+            self.update_foreach(ps, gs, sts, group, iterations + 1, lr)
+            if group.get("use_ema"):
+                _update_ema_foreach(ps, [s["average"] for s in sts], group, iterations)
+        for state in states:
+            state["step"] = iterations + 1
+        if schedule is not None:
+            group["lr"] = lr
+
+    def _step_each(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor],
+                   states: List[Dict[str, Any]]) -> None:
+        """The per-parameter step (sparse or complex tensors, parameters at different step counts)."""
+        schedule = self._schedule_of(group)
+        wd = group.get("weight_decay")
+        lr = float(group["lr"])
+        for p, g, state in zip(params, grads, states):
+            iterations = int(state["step"])
+            if schedule is not None:
+                lr = float(schedule(iterations))
+            if wd:
+                p.sub_(p * wd * lr)
+            self.update(p, g, state, group, iterations + 1, lr)
+            if group.get("use_ema"):
+                _update_ema(p, state, group, iterations)
+            state["step"] = iterations + 1
+        if schedule is not None:
+            group["lr"] = lr
 
     def finalize_variable_values(self) -> None:
         """With ``use_ema``: overwrite each parameter with its moving average (Keras does this after ``fit``)."""
@@ -183,6 +233,18 @@ def _update_ema(p: torch.Tensor, state: Dict[str, Any], group: Dict[str, Any], i
     frequency = group.get("ema_overwrite_frequency")
     if frequency and (iterations + 1) % int(frequency) == 0:
         p.copy_(average)
+
+
+def _update_ema_foreach(params: List[torch.Tensor], averages: List[torch.Tensor], group: Dict[str, Any],
+                        iterations: int) -> None:
+    """`_update_ema` over many parameters (the same float32 roundings)."""
+    momentum = float(group["ema_momentum"]) if iterations != 0 else 0.0
+    new = torch._foreach_mul(averages, momentum)
+    torch._foreach_add_(new, torch._foreach_mul(params, 1.0 - momentum))
+    torch._foreach_copy_(averages, new)
+    frequency = group.get("ema_overwrite_frequency")
+    if frequency and (iterations + 1) % int(frequency) == 0:
+        torch._foreach_copy_(params, averages)
 
 
 def check_unit_interval(who: str, name: str, value: float, closed: bool = False) -> float:
