@@ -20,13 +20,17 @@ CASES = [
 ]
 
 
+def test_large_and_small_tensors_take_the_concatenated_and_the_list_paths():
+    assert 5 * 2 < optimizers.keras_torch.FLAT_NUMEL <= 200 * 170
+
+
 def _no_per_parameter_update(*args):
     raise AssertionError("the per-parameter update ran")
 
 
 def _params(seed):
     torch.manual_seed(seed)
-    shapes = [(3, 4), (4,), (2, 3, 3), (1,), (5, 2)]
+    shapes = [(3, 4), (4,), (2, 3, 3), (1,), (5, 2), (200, 170)]  # many small tensors (concatenated) + a large one
     params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
     params.append(torch.nn.Parameter(torch.randn(3, dtype=torch.float64)))  # a second (device, dtype) bucket
     return params

@@ -60,6 +60,10 @@ BASE_DEFAULTS: Dict[str, Any] = {
 }
 
 
+#: Tensors with fewer elements than this take `_step_flat` (the per-tensor kernel launch dominates their cost).
+FLAT_NUMEL = 1 << 15
+
+
 class KerasTorchOptimizer(torch.optim.Optimizer):
     """Base class: subclasses define `init_state` and `update` (one parameter, one step).
 
@@ -150,22 +154,53 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         iterations = int(counts.pop())
         schedule = self._schedule_of(group)
         lr = float(schedule(iterations)) if schedule is not None else float(group["lr"])
-        wd = group.get("weight_decay")
         for indices in buckets.values():
             ps = [params[i] for i in indices] if len(buckets) > 1 else params
             gs = [grads[i] for i in indices] if len(buckets) > 1 else grads
             sts = [states[i] for i in indices] if len(buckets) > 1 else states
-            if wd:
-                decay = torch._foreach_mul(ps, wd)
-                torch._foreach_mul_(decay, lr)
-                torch._foreach_sub_(ps, decay)
-            self.update_foreach(ps, gs, sts, group, iterations + 1, lr)
-            if group.get("use_ema"):
-                _update_ema_foreach(ps, [s["average"] for s in sts], group, iterations)
+            small = [i for i, p in enumerate(ps) if p.numel() < FLAT_NUMEL]
+            if len(small) > 1:
+                self._step_flat([ps[i] for i in small], [gs[i] for i in small], [sts[i] for i in small],
+                                group, iterations, lr)
+                if len(small) < len(ps):
+                    large = sorted(set(range(len(ps))) - set(small))
+                    self._step_lists([ps[i] for i in large], [gs[i] for i in large], [sts[i] for i in large],
+                                     group, iterations, lr)
+            else:
+                self._step_lists(ps, gs, sts, group, iterations, lr)
         for state in states:
             state["step"] = iterations + 1
         if schedule is not None:
             group["lr"] = lr
+
+    def _step_lists(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                    group: Dict[str, Any], iterations: int, lr: float) -> None:
+        """Weight decay, `update_foreach` and the moving average over parameters of one device and dtype."""
+        wd = group.get("weight_decay")
+        if wd:
+            decay = torch._foreach_mul(params, wd)
+            torch._foreach_mul_(decay, lr)
+            torch._foreach_sub_(params, decay)
+        self.update_foreach(params, grads, states, group, iterations + 1, lr)
+        if group.get("use_ema"):
+            _update_ema_foreach(params, [s["average"] for s in states], group, iterations)
+
+    def _step_flat(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                   group: Dict[str, Any], iterations: int, lr: float) -> None:
+        """`_step_lists` on one concatenation of many small tensors, copied back (one kernel per op, not per tensor).
+
+        Element-wise ops round each element alike whatever the tensor's shape, so the
+        numbers are those of the per-tensor ops.
+        """
+        slots = [key for key, value in states[0].items() if torch.is_tensor(value)]
+        flat = {key: torch.cat([s[key].reshape(-1) for s in states]) for key in slots}
+        flat_params = torch.cat([p.reshape(-1) for p in params])
+        self._step_lists([flat_params], [torch.cat([g.reshape(-1) for g in grads])], [flat], group, iterations, lr)
+        sizes = [p.numel() for p in params]
+        torch._foreach_copy_(params, [v.view_as(p) for v, p in zip(flat_params.split(sizes), params)])
+        for key in slots:
+            torch._foreach_copy_([s[key] for s in states],
+                                 [v.view_as(p) for v, p in zip(flat[key].split(sizes), params)])
 
     def _step_each(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor],
                    states: List[Dict[str, Any]]) -> None:
