@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
+from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
 
 from distrib.optimizers import schedules
 
@@ -59,6 +61,10 @@ BASE_DEFAULTS: Dict[str, Any] = {
     "learning_rate_schedule": None,
 }
 
+
+_STEP, _NUMEL = operator.itemgetter("step"), operator.methodcaller("numel")
+_IS_SPARSE, _IS_COMPLEX = operator.attrgetter("is_sparse"), operator.methodcaller("is_complex")
+_flatten, _unflatten = torch._C._nn.flatten_dense_tensors, torch._C._nn.unflatten_dense_tensors
 
 #: Tensors with fewer elements than this take `_step_flat` (the per-tensor kernel launch dominates their cost).
 FLAT_NUMEL = 1 << 15
@@ -128,44 +134,41 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
 
     def _step_group(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor]) -> None:
         """One group's step: one `update_foreach` per (device, dtype) bucket, else `update` per parameter."""
-        states, buckets, counts = [], {}, set()
-        dense = type(self).update_foreach is not KerasTorchOptimizer.update_foreach
-        for index, (p, g) in enumerate(zip(params, grads)):
-            state = self.state[p]
-            if not state:
-                state.update(self.init_state(p, group))
-                state["step"] = 0
-                if group.get("use_ema"):
-                    state["average"] = torch.zeros_like(p)
-            elif "step" not in state:
-                raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, "
-                                 f"not this optimizer's {sorted(self.init_state(p, group)) + ['step']} (a "
-                                 "checkpoint of another optimizer class?)")
-            states.append(state)
-            counts.add(state["step"])
-            if dense:
-                if g.is_sparse or p.is_complex() or g.device != p.device:
-                    dense = False
-                else:
-                    buckets.setdefault((p.device, p.dtype), []).append(index)
-        if not dense or len(counts) != 1:
+        states = [self.state[p] for p in params]
+        if not all(states):
+            for p, state in zip(params, states):
+                if not state:
+                    state.update(self.init_state(p, group))
+                    state["step"] = 0
+                    if group.get("use_ema"):
+                        state["average"] = torch.zeros_like(p)
+        try:
+            counts = set(map(_STEP, states))
+        except KeyError:
+            state = next(s for s in states if "step" not in s)
+            raise ValueError(f"{type(self).__name__}: the loaded optimizer state has slots {sorted(state)}, not "
+                             f"this optimizer's {sorted(self.init_state(params[0], group)) + ['step']} (a "
+                             "checkpoint of another optimizer class?)") from None
+        if (len(counts) != 1 or type(self).update_foreach is KerasTorchOptimizer.update_foreach
+                or any(map(_IS_SPARSE, grads)) or any(map(_IS_COMPLEX, params))):
             self._step_each(group, params, grads, states)
             return
         iterations = int(counts.pop())
         schedule = self._schedule_of(group)
         lr = float(schedule(iterations)) if schedule is not None else float(group["lr"])
-        for indices in buckets.values():
-            ps = [params[i] for i in indices] if len(buckets) > 1 else params
-            gs = [grads[i] for i in indices] if len(buckets) > 1 else grads
+        buckets = _group_tensors_by_device_and_dtype([params, grads], with_indices=True)
+        for (ps, gs), indices in buckets.values():
             sts = [states[i] for i in indices] if len(buckets) > 1 else states
-            small = [i for i, p in enumerate(ps) if p.numel() < FLAT_NUMEL]
-            if len(small) > 1:
+            sizes = list(map(_NUMEL, ps))
+            small = [i for i, n in enumerate(sizes) if n < FLAT_NUMEL]
+            if len(small) == len(ps):
+                self._step_flat(ps, gs, sts, group, iterations, lr)
+            elif len(small) > 1:
+                large = [i for i, n in enumerate(sizes) if n >= FLAT_NUMEL]
                 self._step_flat([ps[i] for i in small], [gs[i] for i in small], [sts[i] for i in small],
                                 group, iterations, lr)
-                if len(small) < len(ps):
-                    large = sorted(set(range(len(ps))) - set(small))
-                    self._step_lists([ps[i] for i in large], [gs[i] for i in large], [sts[i] for i in large],
-                                     group, iterations, lr)
+                self._step_lists([ps[i] for i in large], [gs[i] for i in large], [sts[i] for i in large],
+                                 group, iterations, lr)
             else:
                 self._step_lists(ps, gs, sts, group, iterations, lr)
         for state in states:
@@ -193,14 +196,12 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         numbers are those of the per-tensor ops.
         """
         slots = [key for key, value in states[0].items() if torch.is_tensor(value)]
-        flat = {key: torch.cat([s[key].reshape(-1) for s in states]) for key in slots}
-        flat_params = torch.cat([p.reshape(-1) for p in params])
-        self._step_lists([flat_params], [torch.cat([g.reshape(-1) for g in grads])], [flat], group, iterations, lr)
-        sizes = [p.numel() for p in params]
-        torch._foreach_copy_(params, [v.view_as(p) for v, p in zip(flat_params.split(sizes), params)])
+        flat = {key: _flatten([s[key] for s in states]) for key in slots}
+        flat_params = _flatten(params)
+        self._step_lists([flat_params], [_flatten(grads)], [flat], group, iterations, lr)
+        torch._foreach_copy_(params, _unflatten(flat_params, params))
         for key in slots:
-            torch._foreach_copy_([s[key] for s in states],
-                                 [v.view_as(p) for v, p in zip(flat[key].split(sizes), params)])
+            torch._foreach_copy_([s[key] for s in states], _unflatten(flat[key], params))
 
     def _step_each(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor],
                    states: List[Dict[str, Any]]) -> None:
