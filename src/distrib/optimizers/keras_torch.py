@@ -62,6 +62,7 @@ BASE_DEFAULTS: Dict[str, Any] = {
 }
 
 
+_DTYPE = operator.attrgetter("dtype")
 _STEP, _NUMEL = operator.itemgetter("step"), operator.methodcaller("numel")
 _IS_SPARSE, _IS_COMPLEX = operator.attrgetter("is_sparse"), operator.methodcaller("is_complex")
 _flatten, _unflatten = torch._C._nn.flatten_dense_tensors, torch._C._nn.unflatten_dense_tensors
@@ -121,7 +122,9 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         work = []  # (group, params, grads)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
-            grads = [p.grad.to(p.dtype) for p in params]
+            grads = [p.grad for p in params]
+            if list(map(_DTYPE, grads)) != list(map(_DTYPE, params)):
+                grads = [g.to(p.dtype) for p, g in zip(params, grads)]
             factor = group.get("loss_scale_factor")
             if factor is not None:
                 grads = [g / factor for g in grads]
@@ -196,12 +199,27 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         numbers are those of the per-tensor ops.
         """
         slots = [key for key, value in states[0].items() if torch.is_tensor(value)]
-        flat = {key: _flatten([s[key] for s in states]) for key in slots}
-        flat_params = _flatten(params)
+        tensors = {key: [s[key] for s in states] for key in slots}
+        tensors["params"] = params
+        flat = {}
+        for key, members in tensors.items():
+            flat[key], views = self._flat_buffer(id(group), key, members)
+            torch._foreach_copy_(views, members)
+        flat_params = flat.pop("params")
         self._step_lists([flat_params], [_flatten(grads)], [flat], group, iterations, lr)
-        torch._foreach_copy_(params, _unflatten(flat_params, params))
-        for key in slots:
-            torch._foreach_copy_([s[key] for s in states], _unflatten(flat[key], params))
+        flat["params"] = flat_params
+        for key, members in tensors.items():
+            torch._foreach_copy_(members, self._flat_buffer(id(group), key, members)[1])
+
+    def _flat_buffer(self, group_id: int, key: str, members: List[torch.Tensor]) -> Any:
+        """A kept flat buffer with one view per member (rebuilt when the members change; not in ``state``)."""
+        cache = self.__dict__.setdefault("_flat", {})
+        ids = tuple(map(id, members))
+        entry = cache.get((group_id, key))
+        if entry is None or entry[0] != ids:
+            buffer = _flatten(members)
+            entry = cache[(group_id, key)] = (ids, buffer, _unflatten(buffer, members))
+        return entry[1], entry[2]
 
     def _step_each(self, group: Dict[str, Any], params: List[torch.Tensor], grads: List[torch.Tensor],
                    states: List[Dict[str, Any]]) -> None:
