@@ -20,8 +20,8 @@ CASES = [
 ]
 
 
-def test_large_and_small_tensors_take_the_concatenated_and_the_list_paths():
-    assert 5 * 2 < optimizers.keras_torch.FLAT_NUMEL <= 200 * 170
+def test_the_shapes_cover_the_concatenated_and_the_chunked_paths():
+    assert 5 * 2 < optimizers.keras_torch.FLAT_NUMEL <= 200 * 170 < optimizers.keras_torch.CHUNK_NUMEL < 700 * 400
 
 
 def _no_per_parameter_update(*args):
@@ -30,8 +30,9 @@ def _no_per_parameter_update(*args):
 
 def _params(seed):
     torch.manual_seed(seed)
-    shapes = [(3, 4), (4,), (2, 3, 3), (1,), (5, 2), (200, 170)]  # many small tensors (concatenated) + a large one
+    shapes = [(3, 4), (4,), (2, 3, 3), (1,), (5, 2), (200, 170), (700, 400)]  # small (concatenated), large, chunked
     params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    params += [torch.nn.Parameter(torch.randn(300, 400).t()), torch.nn.Parameter(torch.randn(4, 6).t())]  # strided
     params.append(torch.nn.Parameter(torch.randn(3, dtype=torch.float64)))  # a second (device, dtype) bucket
     return params
 

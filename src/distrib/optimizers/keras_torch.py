@@ -62,13 +62,15 @@ BASE_DEFAULTS: Dict[str, Any] = {
 }
 
 
-_DTYPE = operator.attrgetter("dtype")
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 _STEP, _NUMEL = operator.itemgetter("step"), operator.methodcaller("numel")
 _IS_SPARSE, _IS_COMPLEX = operator.attrgetter("is_sparse"), operator.methodcaller("is_complex")
 _flatten, _unflatten = torch._C._nn.flatten_dense_tensors, torch._C._nn.unflatten_dense_tensors
 
 #: Tensors with fewer elements than this take `_step_flat` (the per-tensor kernel launch dominates their cost).
 FLAT_NUMEL = 1 << 15
+#: Larger tensors are stepped in chunks of this many elements (1 MiB of float32).
+CHUNK_NUMEL = 1 << 18
 
 
 class KerasTorchOptimizer(torch.optim.Optimizer):
@@ -170,10 +172,10 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
                 large = [i for i, n in enumerate(sizes) if n >= FLAT_NUMEL]
                 self._step_flat([ps[i] for i in small], [gs[i] for i in small], [sts[i] for i in small],
                                 group, iterations, lr)
-                self._step_lists([ps[i] for i in large], [gs[i] for i in large], [sts[i] for i in large],
-                                 group, iterations, lr)
+                self._step_chunked([ps[i] for i in large], [gs[i] for i in large], [sts[i] for i in large],
+                                   group, iterations, lr)
             else:
-                self._step_lists(ps, gs, sts, group, iterations, lr)
+                self._step_chunked(ps, gs, sts, group, iterations, lr)
         for state in states:
             state["step"] = iterations + 1
         if schedule is not None:
@@ -190,6 +192,23 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         self.update_foreach(params, grads, states, group, iterations + 1, lr)
         if group.get("use_ema"):
             _update_ema_foreach(params, [s["average"] for s in states], group, iterations)
+
+    def _step_chunked(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                      group: Dict[str, Any], iterations: int, lr: float) -> None:
+        """`_step_lists` on cache-sized chunks of large contiguous tensors, one chunk at a time.
+
+        All of a chunk's ops run while it is in cache (Keras's rules take more passes than
+        torch's fused ones; over whole tensors each pass would go to memory).
+        """
+        slots = [key for key, value in states[0].items() if torch.is_tensor(value)]
+        tensors = [params, grads] + [[s[key] for s in states] for key in slots]
+        if not all(t.is_contiguous() for members in tensors for t in members):
+            self._step_lists(params, grads, states, group, iterations, lr)
+            return
+        chunks = [[c for t in members for c in t.view(-1).split(CHUNK_NUMEL)] for members in tensors]
+        for i in range(len(chunks[0])):
+            state = {key: chunks[2 + j][i] for j, key in enumerate(slots)}
+            self._step_lists([chunks[0][i]], [chunks[1][i]], [state], group, iterations, lr)
 
     def _step_flat(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
                    group: Dict[str, Any], iterations: int, lr: float) -> None:
@@ -212,9 +231,9 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
             torch._foreach_copy_(members, self._flat_buffer(id(group), key, members)[1])
 
     def _flat_buffer(self, group_id: int, key: str, members: List[torch.Tensor]) -> Any:
-        """A kept flat buffer with one view per member (rebuilt when the members change; not in ``state``)."""
+        """A kept scratch buffer with one view per member (rebuilt when their shapes change; not in ``state``)."""
         cache = self.__dict__.setdefault("_flat", {})
-        ids = tuple(map(id, members))
+        ids = (members[0].dtype, members[0].device, tuple(map(_SHAPE, members)))
         entry = cache.get((group_id, key))
         if entry is None or entry[0] != ids:
             buffer = _flatten(members)
