@@ -16,6 +16,9 @@ CASES = [
     ("RMSprop", {"learning_rate": 0.01}),
     ("RMSprop", {"learning_rate": 0.01, "momentum": 0.5, "centered": True, "use_ema": True}),
     ("Adagrad", {"learning_rate": 0.1, "weight_decay": 0.1}),
+    ("Adamax", {"learning_rate": 0.01, "weight_decay": 0.01}),
+    ("Lion", {"learning_rate": 0.01, "use_ema": True}),
+    ("Adadelta", {"learning_rate": 1.0, "clipnorm": 1.0}),
     ("Adam", {"learning_rate": optimizers.schedules.ExponentialDecay(0.01, decay_steps=2, decay_rate=0.5)}),
 ]
 

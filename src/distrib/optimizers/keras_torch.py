@@ -99,7 +99,8 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         """`update` for many dense parameters of one device and dtype at once (``torch._foreach_*`` ops).
 
         Overriding it is optional (without it `step` calls `update` per parameter); an override
-        must round exactly as `update` does, op for op.
+        must round exactly as `update` does, op for op, and every tensor slot must have its
+        parameter's shape (`step` may pass flat concatenations or chunks of them).
         """
         raise NotImplementedError
 
