@@ -42,6 +42,8 @@ CASES = [
     ("Adamax", "Adamax", {}, "Adamax", {"lr": 0.001, "eps": 1e-7}),
     ("Adadelta", "Adadelta", {}, "Adadelta", {"lr": 0.001, "rho": 0.95, "eps": 1e-7}),
 ]
+# Lion and Ftrl have no torch counterpart; Lion is timed against torch's Adam (one slot fewer).
+CASES.append(("Lion (vs torch Adam)", "Lion", {}, "Adam", {"lr": 0.001, "eps": 1e-7}))
 WORKLOADS = ("cnn", "200 small")
 
 
