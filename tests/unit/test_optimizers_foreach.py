@@ -31,17 +31,17 @@ def _no_per_parameter_update(*args):
     raise AssertionError("the per-parameter update ran")
 
 
-def _params(seed):
+def _params(seed, device="cpu"):
     torch.manual_seed(seed)
     shapes = [(3, 4), (4,), (2, 3, 3), (1,), (5, 2), (200, 170), (700, 400)]  # small (concatenated), large, chunked
     params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
     params += [torch.nn.Parameter(torch.randn(300, 400).t()), torch.nn.Parameter(torch.randn(4, 6).t())]  # strided
     params.append(torch.nn.Parameter(torch.randn(3, dtype=torch.float64)))  # a second (device, dtype) bucket
-    return params
+    return [torch.nn.Parameter(p.detach().to(device)) for p in params]
 
 
-def _run(name, kwargs, per_parameter):
-    params = _params(0)
+def _run(name, kwargs, per_parameter, device="cpu"):
+    params = _params(0, device)
     opt = getattr(optimizers, name)(**kwargs).build(params)
     if per_parameter:  # the same optimizer without its multi-tensor update: one `update` per parameter
         opt.__class__ = type("PerParameter", (type(opt),), {"update_foreach": KerasTorchOptimizer.update_foreach})
@@ -50,7 +50,7 @@ def _run(name, kwargs, per_parameter):
     gen = torch.Generator().manual_seed(1)
     for _ in range(7):
         for p in params:
-            p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
         opt.step()
     return params, opt
 
@@ -83,3 +83,12 @@ def test_parameters_at_different_step_counts_take_the_per_parameter_path():
     fresh.grad = torch.ones(2)
     ref.step()
     assert torch.equal(b.detach(), fresh.detach())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name, kwargs", CASES[:9], ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES[:9])])
+def test_foreach_step_on_cuda_equals_per_parameter_step(name, kwargs):
+    fast, _ = _run(name, kwargs, per_parameter=False, device="cuda")
+    slow, _ = _run(name, kwargs, per_parameter=True, device="cuda")
+    for a, b in zip(fast, slow):
+        assert torch.equal(a.detach(), b.detach())

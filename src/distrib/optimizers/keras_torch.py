@@ -165,6 +165,9 @@ class KerasTorchOptimizer(torch.optim.Optimizer):
         buckets = _group_tensors_by_device_and_dtype([params, grads], with_indices=True)
         for (ps, gs), indices in buckets.values():
             sts = [states[i] for i in indices] if len(buckets) > 1 else states
+            if ps[0].device.type != "cpu":  # torch's foreach kernels already batch launches there
+                self._step_lists(ps, gs, sts, group, iterations, lr)
+                continue
             sizes = list(map(_NUMEL, ps))
             small = [i for i, n in enumerate(sizes) if n < FLAT_NUMEL]
             if len(small) == len(ps):
