@@ -17,7 +17,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -45,6 +45,29 @@ class KerasAdadelta(KerasTorchOptimizer):
         delta = -((torch.sqrt(acc_d + eps) * g) / torch.sqrt(acc_g + eps))
         acc_d.copy_(rho * acc_d + (1.0 - rho) * torch.square(delta))
         p.add_(lr * delta)
+
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        rho, eps = float(group["rho"]), float(group["epsilon"])
+        acc_g = [s["accumulated_grad"] for s in states]
+        acc_d = [s["accumulated_delta_var"] for s in states]
+        torch._foreach_mul_(acc_g, rho)
+        squares = torch._foreach_pow(grads, 2)
+        torch._foreach_mul_(squares, 1.0 - rho)
+        torch._foreach_add_(acc_g, squares)
+        delta = torch._foreach_add(acc_d, eps)
+        torch._foreach_sqrt_(delta)
+        torch._foreach_mul_(delta, grads)
+        denominator = torch._foreach_add(acc_g, eps)
+        torch._foreach_sqrt_(denominator)
+        torch._foreach_div_(delta, denominator)
+        torch._foreach_neg_(delta)
+        torch._foreach_mul_(acc_d, rho)
+        squares = torch._foreach_pow(delta, 2)
+        torch._foreach_mul_(squares, 1.0 - rho)
+        torch._foreach_add_(acc_d, squares)
+        torch._foreach_mul_(delta, lr)
+        torch._foreach_add_(params, delta)
 
 
 class KerasFtrl(KerasTorchOptimizer):

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -55,6 +55,28 @@ class KerasAdam(KerasTorchOptimizer):
             torch.maximum(v_hat, v, out=v_hat)
             v = v_hat
         p.sub_((m * alpha) / (torch.sqrt(v) + float(group["epsilon"])))
+
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
+        alpha = lr * math.sqrt(1.0 - beta_2 ** step) / (1.0 - beta_1 ** step)
+        ms, vs = [s["momentum"] for s in states], [s["velocity"] for s in states]
+        delta = torch._foreach_sub(grads, ms)
+        torch._foreach_mul_(delta, 1.0 - beta_1)
+        torch._foreach_add_(ms, delta)
+        delta = torch._foreach_pow(grads, 2)
+        torch._foreach_sub_(delta, vs)
+        torch._foreach_mul_(delta, 1.0 - beta_2)
+        torch._foreach_add_(vs, delta)
+        if group["amsgrad"]:
+            v_hats = [s["velocity_hat"] for s in states]
+            torch._foreach_maximum_(v_hats, vs)
+            vs = v_hats
+        denominator = torch._foreach_sqrt(vs)
+        torch._foreach_add_(denominator, float(group["epsilon"]))
+        increment = torch._foreach_mul(ms, alpha)
+        torch._foreach_div_(increment, denominator)
+        torch._foreach_sub_(params, increment)
 
 
 class Adam(Optimizer):

@@ -16,7 +16,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -73,6 +73,21 @@ class KerasAdamax(KerasTorchOptimizer):
         torch.maximum(beta_2 * u, torch.abs(g), out=u)
         p.sub_((lr * m) / ((1.0 - beta_1 ** step) * (u + float(group["epsilon"]))))
 
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
+        ms, us = [s["m"] for s in states], [s["u"] for s in states]
+        delta = torch._foreach_sub(grads, ms)
+        torch._foreach_mul_(delta, 1.0 - beta_1)
+        torch._foreach_add_(ms, delta)
+        torch._foreach_mul_(us, beta_2)
+        torch._foreach_maximum_(us, torch._foreach_abs(grads))
+        denominator = torch._foreach_add(us, float(group["epsilon"]))
+        torch._foreach_mul_(denominator, 1.0 - beta_1 ** step)
+        increment = torch._foreach_mul(ms, lr)
+        torch._foreach_div_(increment, denominator)
+        torch._foreach_sub_(params, increment)
+
 
 class KerasLion(KerasTorchOptimizer):
     """torch optimizer computing Keras's Lion; slot ``"momentum"``."""
@@ -90,6 +105,18 @@ class KerasLion(KerasTorchOptimizer):
         m = state["momentum"]
         p.sub_(lr * torch.sign(m * beta_1 + g * (1.0 - beta_1)))
         m.copy_(m * beta_2 + g * (1.0 - beta_2))
+
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        beta_1, beta_2 = float(group["beta_1"]), float(group["beta_2"])
+        ms = [s["momentum"] for s in states]
+        mixed = torch._foreach_mul(ms, beta_1)
+        torch._foreach_add_(mixed, torch._foreach_mul(grads, 1.0 - beta_1))
+        torch._foreach_sign_(mixed)
+        torch._foreach_mul_(mixed, lr)
+        torch._foreach_sub_(params, mixed)
+        torch._foreach_mul_(ms, beta_2)
+        torch._foreach_add_(ms, torch._foreach_mul(grads, 1.0 - beta_2))
 
 
 class Nadam(Adam):

@@ -21,7 +21,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -66,6 +66,33 @@ class KerasRMSprop(KerasTorchOptimizer):
         else:
             p.sub_(increment)
 
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        rho, eps = float(group["rho"]), float(group["epsilon"])
+        vs = [s["velocity"] for s in states]
+        torch._foreach_mul_(vs, rho)
+        squares = torch._foreach_pow(grads, 2)
+        torch._foreach_mul_(squares, 1.0 - rho)
+        torch._foreach_add_(vs, squares)
+        if group["centered"]:
+            averages = [s["average_gradient"] for s in states]
+            torch._foreach_mul_(averages, rho)
+            torch._foreach_add_(averages, torch._foreach_mul(grads, 1.0 - rho))
+            denominator = torch._foreach_sub(vs, torch._foreach_pow(averages, 2))
+            torch._foreach_add_(denominator, eps)
+        else:
+            denominator = torch._foreach_add(vs, eps)
+        torch._foreach_sqrt_(denominator)
+        increment = torch._foreach_mul(grads, lr)
+        torch._foreach_div_(increment, denominator)
+        if group["momentum"] > 0:
+            ms = [s["momentum"] for s in states]
+            torch._foreach_mul_(ms, float(group["momentum"]))
+            torch._foreach_add_(ms, increment)
+            torch._foreach_sub_(params, ms)
+        else:
+            torch._foreach_sub_(params, increment)
+
 
 class KerasAdagrad(KerasTorchOptimizer):
     """torch optimizer computing Keras's Adagrad; slot ``"accumulator"``."""
@@ -83,6 +110,16 @@ class KerasAdagrad(KerasTorchOptimizer):
         acc = state["accumulator"]
         acc.add_(torch.square(g))
         p.sub_((lr * g) / torch.sqrt(acc + float(group["epsilon"])))
+
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        accumulators = [s["accumulator"] for s in states]
+        torch._foreach_add_(accumulators, torch._foreach_pow(grads, 2))
+        denominator = torch._foreach_add(accumulators, float(group["epsilon"]))
+        torch._foreach_sqrt_(denominator)
+        increment = torch._foreach_mul(grads, lr)
+        torch._foreach_div_(increment, denominator)
+        torch._foreach_sub_(params, increment)
 
 
 class RMSprop(Optimizer):

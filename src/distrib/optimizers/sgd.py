@@ -14,7 +14,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -44,6 +44,23 @@ class KerasSGD(KerasTorchOptimizer):
         scaled = g * lr
         m.mul_(momentum).sub_(scaled)  # the same float32 roundings as m * momentum - g * lr
         p.add_(m * momentum - scaled if group["nesterov"] else m)
+
+    def update_foreach(self, params: List[torch.Tensor], grads: List[torch.Tensor], states: List[Dict[str, Any]],
+                       group: Dict[str, Any], step: int, lr: float) -> None:
+        momentum = float(group["momentum"])
+        scaled = torch._foreach_mul(grads, lr)
+        if not momentum:
+            torch._foreach_sub_(params, scaled)
+            return
+        ms = [s["momentum"] for s in states]
+        torch._foreach_mul_(ms, momentum)
+        torch._foreach_sub_(ms, scaled)
+        if group["nesterov"]:
+            ahead = torch._foreach_mul(ms, momentum)
+            torch._foreach_sub_(ahead, scaled)
+            torch._foreach_add_(params, ahead)
+        else:
+            torch._foreach_add_(params, ms)
 
 
 class SGD(Optimizer):
