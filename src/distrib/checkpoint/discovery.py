@@ -7,6 +7,12 @@ is the one with the highest ``N``. A damaged or incomplete candidate (a
 truncated file, a flipped bit, a missing marker) is skipped with a
 `CheckpointWarning` naming it, and the next older one is tried.
 
+Under a multi-worker strategy (its scope open, or the job strategy this
+process joined) `latest_checkpoint` is collective: the chief lists and
+verifies, every worker gets the chief's answer (see
+`distrib.checkpoint.agreement`), so all restore the same checkpoint however
+late a worker looks -- even after the chief has published a newer one.
+
 Example:
     >>> sorted(list_names("/ckpts"))
     ['ckpt-4', 'ckpt-5']                 # ckpt-5 had a bit flipped after it was written
@@ -20,6 +26,7 @@ import warnings
 from typing import List, Optional, Tuple
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.agreement import chief_decides, job_role
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
 __all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid"]
@@ -56,6 +63,9 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: Optional[str] = None
                       prefix: Optional[str] = None) -> Optional[str]:
     """The newest complete, verified checkpoint in ``checkpoint_dir``, or None.
 
+    Collective under a multi-worker strategy: every worker calls it and gets
+    the chief's answer.
+
     Args:
         checkpoint_dir: local path or fsspec URL of the directory.
         latest_filename: accepted for TF compatibility and ignored (the
@@ -63,5 +73,8 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: Optional[str] = None
         prefix: only consider ``<prefix>-<N>`` entries (default: any prefix).
     """
     del latest_filename
-    candidates = [path for _, path in reversed(numbered_checkpoints(checkpoint_dir, prefix))]
-    return first_valid(candidates)
+
+    def look() -> Optional[str]:
+        return first_valid([path for _, path in reversed(numbered_checkpoints(checkpoint_dir, prefix))])
+
+    return chief_decides(job_role(), f"latest_checkpoint({checkpoint_dir!r})", look)

@@ -10,7 +10,9 @@ The listing, not the index, decides what exists: `latest_checkpoint` is the
 highest-numbered complete, verified ``ckpt-N``. The index only remembers which
 checkpoints ``keep_checkpoint_every_n_hours`` preserved.
 
-Multi-worker: every worker calls `save` (it is collective); the chief writes
+Multi-worker: creating a manager is collective (the chief lists the directory,
+every worker gets its view, so ``latest_checkpoint`` agrees from the start);
+every worker calls `save` (it is collective); the chief writes
 and deletes, the others write to private temporary directories, and afterwards
 every worker's `latest_checkpoint` and `checkpoints` are the chief's.
 `restore_or_initialize` is collective too: every worker restores the path the
@@ -34,6 +36,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.agreement import chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.fs import check_backend
@@ -100,23 +103,31 @@ class CheckpointManager:
 
     # ------------------------------------------------------------- state
     def _scan(self) -> None:
-        """Recover the kept checkpoints from the directory listing; verify the newest."""
+        """Recover the kept checkpoints from the listing: the chief's view, on every worker."""
+        try:
+            role = resolve_role(self._strategy, "CheckpointManager")
+        except RuntimeError:
+            role = None  # no strategy in a multi-process job: save() names the problem
+        view = chief_decides(role, f"the checkpoints in {self._directory}", self._look)
+        self._latest = view["latest"]
+        self._checkpoints = list(view["checkpoints"])
+        self._times = {p: float(t) for p, t in view["times"].items()}
+
+    def _look(self) -> Dict[str, Any]:
+        """The listing: every complete checkpoint up to the newest verified one."""
         found = [p for _, p in numbered_checkpoints(self._directory, self._name) if p not in self._preserved]
-        complete = []
+        complete, times = [], {}
         for path in found:
             try:
                 manifest = storage.read_manifest(path)
             except (storage.CorruptCheckpointError, ValueError, OSError):
                 continue  # first_valid below warns about the newest ones
             complete.append(path)
-            self._times[path] = float(manifest.get("created", 0.0))
-        self._latest = first_valid(list(reversed(found)))
-        if self._latest is not None:
-            cut = found.index(self._latest)
-            complete = [p for p in complete if p in found[: cut + 1]]
-        else:
-            complete = []
-        self._checkpoints = complete
+            created = manifest.get("created", 0.0)
+            times[path] = float(created) if isinstance(created, (int, float)) else 0.0
+        latest = first_valid(list(reversed(found)))
+        complete = [p for p in complete if p in found[: found.index(latest) + 1]] if latest is not None else []
+        return {"latest": latest, "checkpoints": complete, "times": times}
 
     def _read_index(self) -> Dict[str, Any]:
         path = storage.join(self._directory, INDEX_FILE)
