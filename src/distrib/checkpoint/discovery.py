@@ -27,9 +27,10 @@ from typing import List, Optional, Tuple
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
+from distrib.checkpoint.format import loads_state
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
-__all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid"]
+__all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid", "check_payload", "older_siblings"]
 
 _NUMBERED = re.compile(r"^(?P<prefix>.+?)[-_](?P<number>\d+)$")
 
@@ -49,14 +50,42 @@ def numbered_checkpoints(directory: str, prefix: Optional[str] = None) -> List[T
 
 
 def first_valid(paths: List[str]) -> Optional[str]:
-    """The first path in ``paths`` that verifies; each damaged one before it is warned about."""
+    """The first path in ``paths`` that verifies and parses; each damaged one before it is warned about."""
     for path in paths:
         try:
-            storage.verify(path)
+            check_payload(path)
             return path
         except (CorruptCheckpointError, ValueError, OSError) as exc:
             warnings.warn(f"skipping damaged checkpoint: {exc}", CheckpointWarning, stacklevel=3)
     return None
+
+
+def check_payload(path: str) -> None:
+    """Verify every file's checksum and parse every state file (a forged one can carry good checksums).
+
+    Raises:
+        CorruptCheckpointError: the checkpoint is incomplete or a file does not match.
+        UnsafeFileError: a state file is not a well-formed distrib state.
+    """
+    manifest = storage.read_manifest(path)
+    for name in manifest["files"]:
+        data = storage.read_verified(path, name, manifest)
+        if name.endswith(".safetensors"):
+            loads_state(data, name=storage.join(path, name))
+
+
+def older_siblings(path: str) -> List[str]:
+    """The ``<prefix>-<M>`` checkpoints beside ``<prefix>-<N>`` with ``M < N``, newest first."""
+    parent, _, name = str(path).rstrip("/").rpartition("/")
+    m = _NUMBERED.match(name)
+    if not parent or m is None:
+        return []
+    number = int(m.group("number"))
+    try:
+        found = numbered_checkpoints(parent, m.group("prefix"))
+    except OSError:
+        return []
+    return [p for n, p in reversed(found) if n < number]
 
 
 def latest_checkpoint(checkpoint_dir: str, latest_filename: Optional[str] = None,

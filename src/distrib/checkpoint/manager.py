@@ -48,6 +48,22 @@ __all__ = ["CheckpointManager", "INDEX_FILE"]
 INDEX_FILE = "checkpoint"
 
 
+_MAX_INDEX_BYTES = 1024 * 1024
+
+
+def _checked_index(index: Any) -> Dict[str, Any]:
+    """``index`` if it has the shape `_write_index` writes (the fields read back), else ValueError."""
+    if not isinstance(index, dict):
+        raise ValueError(f"holds a {type(index).__name__}, not an object")
+    preserved = index.get("preserved", [])
+    if not isinstance(preserved, list) or not all(isinstance(n, str) for n in preserved):
+        raise ValueError("'preserved' is not a list of names")
+    when = index.get("last_preserved_time", time.time())
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
+        raise ValueError("'last_preserved_time' is not a number")
+    return {"preserved": preserved, "last_preserved_time": float(when)}
+
+
 def _value(counter: Any) -> int:
     if counter is None:
         raise ValueError("CheckpointManager: checkpoint_interval needs a step_counter")
@@ -94,7 +110,7 @@ class CheckpointManager:
         self._last_step: Optional[int] = None
         index = self._read_index()
         self._preserved: List[str] = [storage.join(self._directory, n) for n in index.get("preserved", [])
-                                      if isinstance(n, str) and "/" not in n]
+                                      if "/" not in n and "\\" not in n and n not in ("", ".", "..")]
         self._last_preserved = float(index.get("last_preserved_time", time.time()))
         self._times: Dict[str, float] = {}
         self._checkpoints: List[str] = []
@@ -130,6 +146,7 @@ class CheckpointManager:
         return {"latest": latest, "checkpoints": complete, "times": times}
 
     def _read_index(self) -> Dict[str, Any]:
+        """The ``checkpoint`` index, checked: untrusted, so anything malformed is warned about and ignored."""
         path = storage.join(self._directory, INDEX_FILE)
         if not storage.exists(path):
             return {}
@@ -137,11 +154,14 @@ class CheckpointManager:
             import fsspec
 
             with fsspec.open(path, "rb") as f:
-                index = json.loads(f.read())
-            return index if isinstance(index, dict) else {}
-        except (ValueError, OSError) as exc:
-            warnings.warn(f"{path}: unreadable checkpoint index ({exc}); using the directory listing",
-                          CheckpointWarning, stacklevel=3)
+                data = f.read(_MAX_INDEX_BYTES + 1)
+            if len(data) > _MAX_INDEX_BYTES:
+                raise ValueError(f"larger than {_MAX_INDEX_BYTES} bytes")
+            index = json.loads(data)
+            return _checked_index(index)
+        except (ValueError, TypeError, RecursionError, OSError) as exc:
+            warnings.warn(f"{path}: unreadable checkpoint index ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "using the directory listing", CheckpointWarning, stacklevel=3)
             return {}
 
     def _write_index(self) -> None:
