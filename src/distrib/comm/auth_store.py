@@ -46,7 +46,8 @@ __all__ = ["AuthStore", "AuthStoreServer", "StoreTimeoutError", "host_store", "c
 log = logging.getLogger("distrib.comm")
 _HANDSHAKE_SECONDS = 10.0  # a connection that has not proven itself by then is dropped
 _MAX_KEY_BYTES = 4096
-_REPLY_SLACK_SECONDS = 30.0  # beyond the store timeout, before a silent chief counts as lost
+_REPLY_SLACK_SECONDS = 30.0  # at most this beyond the store timeout, before a silent chief counts as lost
+_MIN_REPLY_SLACK_SECONDS = 5.0  # a store with a short timeout (heartbeats) waits only its timeout, at least this
 Value = Union[str, bytes]
 
 
@@ -251,7 +252,9 @@ class AuthStore(dist.Store):
         with self._lock:
             try:
                 # A chief that stopped answering must not block this task forever.
-                self._sock.settimeout(max(wait_ms / 1000.0, self.timeout.total_seconds()) + _REPLY_SLACK_SECONDS)
+                limit = self.timeout.total_seconds()
+                slack = min(_REPLY_SLACK_SECONDS, max(_MIN_REPLY_SLACK_SECONDS, limit))
+                self._sock.settimeout(max(wait_ms / 1000.0, limit) + slack)
                 send_frame(self._sock, encode_fields(fields))
                 reply = decode_fields(recv_frame(self._sock))
             except OSError as exc:
