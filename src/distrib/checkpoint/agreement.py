@@ -25,6 +25,7 @@ import warnings
 from typing import Any, Callable, Optional
 
 from distrib.checkpoint.storage import CheckpointWarning
+from distrib.comm.errors import first_line
 from distrib.errors import DistribError
 from distrib.strategies import context
 from distrib.strategies.checkpoint_role import CheckpointRole
@@ -63,7 +64,7 @@ def chief_decides(role: Optional[CheckpointRole], what: str, compute: Callable[[
             try:
                 mine = {"value": compute()}
             except Exception as exc:  # reported to every worker below
-                mine = {"error": f"{role.who} could not decide {what}: {_first_line(exc)}"}
+                mine = {"error": f"{role.who} could not decide {what}: {first_line(exc)[:400]}"}
         mine["warnings"] = [[w.category.__name__, str(w.message)] for w in caught]
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -81,8 +82,3 @@ def chief_decides(role: Optional[CheckpointRole], what: str, compute: Callable[[
 
 def _category(name: str) -> type:
     return CheckpointWarning if name == "CheckpointWarning" else UserWarning
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0][:400] if lines else type(exc).__name__
