@@ -133,6 +133,7 @@ def test_seed_000_flow_twenty_times_beside_two_cpu_burners(tmp_path):
             result = run_script(str(EXAMPLE), num_workers=2, env=env, timeout=240)
             assert result.returncode == 0, f"run {run}: {result.output[-3000:]}"
             assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint", "ckpt-2"], f"run {run}"
+            print(f"seed 000 flow: run {run + 1} of 20 passed", flush=True)
     finally:
         for b in burners:
             b.kill()
