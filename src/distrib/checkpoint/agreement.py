@@ -55,7 +55,7 @@ def chief_decides(role: Optional[CheckpointRole], what: str, compute: Callable[[
     Raises:
         AgreementError: on every worker, if ``compute`` raised on the chief.
     """
-    if role is None or role.num_replicas_in_sync <= 1:
+    if role is None or role.num_replicas_in_sync <= 1 or role.collective.world_size <= 1:
         return compute()
     mine: Optional[dict] = None
     if role.is_chief:
