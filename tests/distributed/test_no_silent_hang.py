@@ -20,7 +20,7 @@ TRAIN = textwrap.dedent("""
     print("ready", flush=True)
     for step in range(1_000_000):
         if step == 30 and strategy.replica_id == victim:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, os.environ.get("SIGNAL", "SIGKILL")))
         model(torch.randn(8, 64)).sum().backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -32,9 +32,9 @@ def _tf_config(ports, index):
                        "task": {"type": "worker", "index": index}})
 
 
-def _start(script, ports, index, timeout, victim=-1):
+def _start(script, ports, index, timeout, victim=-1, sig="SIGKILL"):
     env = dict(os.environ, TF_CONFIG=_tf_config(ports, index), TIMEOUT=str(timeout),
-               VICTIM=str(victim), OMP_NUM_THREADS="1")
+               VICTIM=str(victim), OMP_NUM_THREADS="1", SIGNAL=sig)
     return subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -77,3 +77,18 @@ def test_worker_killed_mid_training_is_named_by_the_survivor(script, victim):
     err = outs[survivor][1]
     named = "chief worker 0" if victim == 0 else "worker 1 (127.0.0.1:%d)" % ports[1]
     assert any(named in line and "gone" in line for line in err.splitlines()), err[-2000:]
+
+
+def test_a_stopped_chief_is_named_as_not_responding_soon_after_the_timeout(script):
+    """SIGSTOP: the chief's store still accepts connections but never answers; 5 s timeout."""
+    ports = [free_port(), free_port()]
+    procs = [_start(script, ports, i, timeout=5, victim=0, sig="SIGSTOP") for i in range(2)]
+    try:
+        _, err = procs[1].communicate(timeout=90)  # hard limit; before the fix the exit hung ~30 s more
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert procs[1].returncode not in (0, None)
+    last = [line for line in err.splitlines() if "worker 0 (127.0.0.1:%d)" % ports[0] in line]
+    assert last and "not responding" in last[-1] and "gone" not in last[-1], err[-2000:]

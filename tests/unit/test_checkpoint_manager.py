@@ -167,7 +167,11 @@ def test_damaged_newest_is_skipped_with_a_warning(tmp_path, damage):
     assert fresh.restore_or_initialize() == second
     assert all(torch.equal(good[k], v) for k, v in restored.model.state_dict().items())
     with pytest.raises(CorruptCheckpointError, match="ckpt-3"):
-        Checkpoint(model=torch.nn.Linear(3, 2)).restore(newest)  # never loaded, even when asked directly
+        Checkpoint(model=torch.nn.Linear(3, 2)).read(newest)  # never loaded, even when asked directly
+    direct = Checkpoint(model=torch.nn.Linear(3, 2))
+    with pytest.warns(CheckpointWarning, match="skipping checkpoint .*ckpt-3"):
+        assert direct.restore(newest).path == second  # restore falls back to the newest good one
+    assert all(torch.equal(good[k], v) for k, v in direct.model.state_dict().items())
 
 
 def test_latest_checkpoint_empty_and_missing_directories(tmp_path):
@@ -218,8 +222,11 @@ def test_pickle_planted_as_checkpoint_is_refused(tmp_path):
         d.write_bytes("state.safetensors", buf.getvalue())
     from distrib.checkpoint.format import UnsafeFileError
 
-    with pytest.raises(UnsafeFileError, match=r"ckpt-1/state\.safetensors: refusing to load a pickle"):
-        Checkpoint(model=model).restore(latest_checkpoint(str(tmp_path)))
+    with pytest.warns(CheckpointWarning, match=r"ckpt-1/state\.safetensors: refusing to load a pickle"):
+        assert latest_checkpoint(str(tmp_path)) is None  # skipped, nothing older
+    with pytest.warns(CheckpointWarning), \
+            pytest.raises(UnsafeFileError, match=r"ckpt-1/state\.safetensors: refusing to load a pickle"):
+        Checkpoint(model=model).restore(path)  # asked directly, with nothing older to fall back to
 
 
 def test_variable_behaves_like_a_counter():

@@ -18,7 +18,11 @@ from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 pytestmark = pytest.mark.timeout(120)
 
 
-def _commit(path, payload=b"state bytes"):
+def _commit(path, payload=None):
+    if payload is None:
+        from distrib.checkpoint.format import dumps_state
+
+        payload = dumps_state({"x": torch.zeros(2)})  # a real state: latest_checkpoint parses the newest
     with storage.AtomicDirectory(str(path), info={"step": 1}) as d:
         d.write_bytes("state.safetensors", payload)
     return str(path)

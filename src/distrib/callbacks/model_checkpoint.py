@@ -34,9 +34,9 @@ import os
 import warnings
 from typing import Any, Dict, Optional, Union
 
-from distrib.callbacks._chief import is_chief
 from distrib.callbacks.callback import Logs
 from distrib.callbacks.monitor import MonitorCallback
+from distrib.checkpoint.agreement import chief_decides
 
 __all__ = ["ModelCheckpoint"]
 
@@ -105,28 +105,39 @@ class ModelCheckpoint(MonitorCallback):
                            f"{', '.join(values) or 'nothing else'}") from None
 
     def _save(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> None:
-        path = self._path(epoch, batch, logs)
-        chief = is_chief(self.model)
-        if self.save_best_only:
-            current = self._monitored(logs)
-            if current is None:
-                pass  # Keras warns (in _monitored) and saves, as with save_best_only=False
-            elif not self._is_improvement(current, self.best):
-                if self.verbose > 0 and chief:
-                    print(f"\nEpoch {epoch + 1}: {self.monitor} did not improve from {self._best_text()}", flush=True)
-                return
-            else:
-                if self.verbose > 0 and chief:
-                    print(f"\nEpoch {epoch + 1}: {self.monitor} improved from {self._best_text()} to {current:.5f}, "
-                          f"saving model to {path}", flush=True)
-                self.best = current
-        elif self.verbose > 0 and chief:
-            print(f"\nEpoch {epoch + 1}: saving model to {path}", flush=True)
+        strategy = getattr(self.model, "distribute_strategy", None)
+        role = strategy.checkpoint_role() if strategy is not None and strategy.num_replicas_in_sync > 1 else None
+        # whether to save, and where, is the chief's decision: every worker takes part in the save
+        decision = chief_decides(role, "ModelCheckpoint's save", lambda: self._decide(epoch, batch, logs))
+        if decision is None:
+            return
+        path, best = decision
+        if best is not None:
+            self.best = float(best)
         if self.save_weights_only:
             self.model.save_weights(path, overwrite=True)
         else:
             self.model.save(path, overwrite=True)
         self.saved_paths.append(path)
+
+    def _decide(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> Optional[list]:
+        """``[path, new best or None]`` to save now, or None to skip; printed here (on the chief)."""
+        path = self._path(epoch, batch, logs)
+        if not self.save_best_only:
+            if self.verbose > 0:
+                print(f"\nEpoch {epoch + 1}: saving model to {path}", flush=True)
+            return [path, None]
+        current = self._monitored(logs)
+        if current is None:  # Keras warns (in _monitored) and saves, as with save_best_only=False
+            return [path, None]
+        if not self._is_improvement(current, self.best):
+            if self.verbose > 0:
+                print(f"\nEpoch {epoch + 1}: {self.monitor} did not improve from {self._best_text()}", flush=True)
+            return None
+        if self.verbose > 0:
+            print(f"\nEpoch {epoch + 1}: {self.monitor} improved from {self._best_text()} to {current:.5f}, "
+                  f"saving model to {path}", flush=True)
+        return [path, float(current)]
 
     def _best_text(self) -> str:
         if self.best is not None:

@@ -23,12 +23,17 @@ from __future__ import annotations
 
 from distrib.errors import DistribError
 
+import copy
+import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.discovery import older_siblings
+from distrib.checkpoint.format import UnsafeFileError, dumps_state, loads_state
+from distrib.checkpoint.optimizer_state import check_optimizer_state
+from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 from distrib.checkpoint.variable import Variable
 
@@ -217,24 +222,50 @@ class Checkpoint:
         ``save_path=None`` (what `latest_checkpoint` returns for an empty
         directory) restores nothing; the status's ``assert_consumed`` then fails.
 
+        A damaged checkpoint, or one whose values do not fit the tracked
+        objects (a forged skeleton, an optimizer state of the wrong shape), is
+        skipped with a `CheckpointWarning` naming it and the reason, and the
+        newest older ``<prefix>-<N>`` beside it that restores is used instead
+        (``status.path`` says which). Nothing is left half-restored.
+
         Raises:
             distrib.checkpoint.storage.CorruptCheckpointError: the checkpoint is
-                incomplete or damaged (nothing is restored).
-            CheckpointRestoreError: a saved value does not fit its object.
+                incomplete or damaged and no older one restores.
+            CheckpointRestoreError: a saved value does not fit its object and no
+                older checkpoint restores.
         """
         if save_path is None:
             return CheckpointLoadStatus(None, [], list(self._objects), [])
-        return self.read(save_path)
+        path = str(save_path).rstrip("/")
+        try:
+            return self.read(path)
+        except _UNUSABLE as exc:
+            first_error = exc
+            _skip(path, exc)
+        for older in older_siblings(path):
+            try:
+                return self.read(older)
+            except _UNUSABLE as exc:
+                _skip(older, exc)
+        raise first_error
 
     def read(self, save_path: str) -> CheckpointLoadStatus:
-        """Restore from ``save_path`` (written by `write` or `save`); returns the status."""
+        """Restore from exactly ``save_path`` (written by `write` or `save`); returns the status.
+
+        All or nothing: if any value does not fit, every object is put back as it was.
+        """
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
         data = storage.read_verified(path, STATE_FILE, manifest)
         state = loads_state(data, name=storage.join(path, STATE_FILE))
         if not isinstance(state, dict):
             raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(state).__name__})")
-        missing, unused = self._apply(state, where=path)
+        before = copy.deepcopy(self.state_dict())
+        try:
+            missing, unused = self._apply(state, where=path)
+        except BaseException:
+            self._apply(before, where="the state before the failed restore")
+            raise
         restored = [n for n in self._objects if n not in missing]
         return CheckpointLoadStatus(path, restored, missing, unused)
 
@@ -244,6 +275,8 @@ class Checkpoint:
 
 def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
     try:
+        if isinstance(obj, torch.optim.Optimizer):
+            check_optimizer_state(obj, value)
         if isinstance(obj, torch.Tensor):
             if not isinstance(value, torch.Tensor) or value.shape != obj.shape:
                 got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
@@ -254,6 +287,13 @@ def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
             obj.load_state_dict(value)
     except Exception as exc:
         raise CheckpointRestoreError(f"{where}: cannot restore {name!r}: {_first_line(exc)}") from exc
+
+
+_UNUSABLE = (storage.CorruptCheckpointError, UnsafeFileError, CheckpointRestoreError)
+
+
+def _skip(path: str, exc: BaseException) -> None:
+    warnings.warn(f"skipping checkpoint {path}: {_first_line(exc)}", CheckpointWarning, stacklevel=3)
 
 
 def _first_line(exc: BaseException) -> str:

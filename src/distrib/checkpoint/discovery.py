@@ -7,6 +7,12 @@ is the one with the highest ``N``. A damaged or incomplete candidate (a
 truncated file, a flipped bit, a missing marker) is skipped with a
 `CheckpointWarning` naming it, and the next older one is tried.
 
+Under a multi-worker strategy (its scope open, or the job strategy this
+process joined) `latest_checkpoint` is collective: the chief lists and
+verifies, every worker gets the chief's answer (see
+`distrib.checkpoint.agreement`), so all restore the same checkpoint however
+late a worker looks -- even after the chief has published a newer one.
+
 Example:
     >>> sorted(list_names("/ckpts"))
     ['ckpt-4', 'ckpt-5']                 # ckpt-5 had a bit flipped after it was written
@@ -20,9 +26,11 @@ import warnings
 from typing import List, Optional, Tuple
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.agreement import chief_decides, job_role
+from distrib.checkpoint.format import loads_state
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
-__all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid"]
+__all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid", "check_payload", "older_siblings"]
 
 _NUMBERED = re.compile(r"^(?P<prefix>.+?)[-_](?P<number>\d+)$")
 
@@ -42,19 +50,50 @@ def numbered_checkpoints(directory: str, prefix: Optional[str] = None) -> List[T
 
 
 def first_valid(paths: List[str]) -> Optional[str]:
-    """The first path in ``paths`` that verifies; each damaged one before it is warned about."""
+    """The first path in ``paths`` that verifies and parses; each damaged one before it is warned about."""
     for path in paths:
         try:
-            storage.verify(path)
+            check_payload(path)
             return path
         except (CorruptCheckpointError, ValueError, OSError) as exc:
             warnings.warn(f"skipping damaged checkpoint: {exc}", CheckpointWarning, stacklevel=3)
     return None
 
 
+def check_payload(path: str) -> None:
+    """Verify every file's checksum and parse every state file (a forged one can carry good checksums).
+
+    Raises:
+        CorruptCheckpointError: the checkpoint is incomplete or a file does not match.
+        UnsafeFileError: a state file is not a well-formed distrib state.
+    """
+    manifest = storage.read_manifest(path)
+    for name in manifest["files"]:
+        data = storage.read_verified(path, name, manifest)
+        if name.endswith(".safetensors"):
+            loads_state(data, name=storage.join(path, name))
+
+
+def older_siblings(path: str) -> List[str]:
+    """The ``<prefix>-<M>`` checkpoints beside ``<prefix>-<N>`` with ``M < N``, newest first."""
+    parent, _, name = str(path).rstrip("/").rpartition("/")
+    m = _NUMBERED.match(name)
+    if not parent or m is None:
+        return []
+    number = int(m.group("number"))
+    try:
+        found = numbered_checkpoints(parent, m.group("prefix"))
+    except OSError:
+        return []
+    return [p for n, p in reversed(found) if n < number]
+
+
 def latest_checkpoint(checkpoint_dir: str, latest_filename: Optional[str] = None,
                       prefix: Optional[str] = None) -> Optional[str]:
     """The newest complete, verified checkpoint in ``checkpoint_dir``, or None.
+
+    Collective under a multi-worker strategy: every worker calls it and gets
+    the chief's answer.
 
     Args:
         checkpoint_dir: local path or fsspec URL of the directory.
@@ -63,5 +102,8 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: Optional[str] = None
         prefix: only consider ``<prefix>-<N>`` entries (default: any prefix).
     """
     del latest_filename
-    candidates = [path for _, path in reversed(numbered_checkpoints(checkpoint_dir, prefix))]
-    return first_valid(candidates)
+
+    def look() -> Optional[str]:
+        return first_valid([path for _, path in reversed(numbered_checkpoints(checkpoint_dir, prefix))])
+
+    return chief_decides(job_role(), f"latest_checkpoint({checkpoint_dir!r})", look)

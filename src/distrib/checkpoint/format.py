@@ -121,37 +121,80 @@ class _Encoder:
         return name
 
 
-def _decode(node: Any, tensors: Dict[str, torch.Tensor], where: str) -> Any:
+_MAX_DEPTH = 100  # a real state nests a handful of levels
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_SCALAR_KINDS = "biufc"
+
+
+def _decode(node: Any, tensors: Dict[str, torch.Tensor], where: str, depth: int = 0) -> Any:
+    """The value a skeleton node describes; anything else than what `_Encoder` writes is refused."""
+    if depth > _MAX_DEPTH:
+        raise UnsafeFileError(f"{where}: state skeleton nested deeper than {_MAX_DEPTH} levels")
     if node is None or isinstance(node, (bool, int, float, str)):
         return node
     if isinstance(node, list):
-        return [_decode(v, tensors, where) for v in node]
+        return [_decode(v, tensors, where, depth + 1) for v in node]
     if not isinstance(node, dict) or len(node) == 0:
-        raise UnsafeFileError(f"{where}: malformed state skeleton node {node!r}")
+        raise UnsafeFileError(f"{where}: malformed state skeleton node {_short(node)}")
+    try:
+        return _decode_tagged(node, tensors, where, depth)
+    except UnsafeFileError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise UnsafeFileError(f"{where}: malformed state skeleton node {_short(node)} "
+                              f"({type(exc).__name__}: {_short(exc)})") from None
+
+
+def _decode_tagged(node: Dict[str, Any], tensors: Dict[str, torch.Tensor], where: str, depth: int) -> Any:
     if "tensor" in node:
         return _tensor(node["tensor"], tensors, where)
     if "ndarray" in node:
         return _tensor(node["ndarray"], tensors, where).numpy()
     if "float" in node:
-        return float(node["float"])
+        if node["float"] not in _NON_FINITE:
+            raise ValueError(f"not a non-finite float tag: {_short(node['float'])}")
+        return _NON_FINITE[node["float"]]
     if "npscalar" in node:
-        return np.dtype(node["npscalar"]).type(_decode(node["value"], tensors, where))
+        dtype = np.dtype(node["npscalar"]) if isinstance(node["npscalar"], str) else None
+        if dtype is None or dtype.kind not in _SCALAR_KINDS and dtype.kind != "?":
+            raise ValueError(f"not a numeric numpy scalar type: {_short(node['npscalar'])}")
+        value = _decode(node["value"], tensors, where, depth + 1)
+        if not isinstance(value, (bool, int, float)):
+            raise ValueError("numpy scalar value is not a number")
+        return dtype.type(value)
     if "tuple" in node:
-        return tuple(_decode(v, tensors, where) for v in node["tuple"])
+        if not isinstance(node["tuple"], list):
+            raise ValueError("tuple items are not a list")
+        return tuple(_decode(v, tensors, where, depth + 1) for v in node["tuple"])
     if "dict" in node or "odict" in node:
         kind = collections.OrderedDict if "odict" in node else dict
         items = node["odict"] if "odict" in node else node["dict"]
-        out = kind((_decode(k, tensors, where), _decode(v, tensors, where)) for k, v in items)
+        if not isinstance(items, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in items):
+            raise ValueError("dict items are not [key, value] pairs")
+        out = kind()
+        for k, v in items:
+            key = _decode(k, tensors, where, depth + 1)
+            if key is not None and not isinstance(key, (str, int, float, bool)):
+                raise ValueError(f"dict key of type {type(key).__name__}")
+            out[key] = _decode(v, tensors, where, depth + 1)
         if "metadata" in node:
-            out._metadata = _decode(node["metadata"], tensors, where)  # type: ignore[attr-defined]
+            meta = _decode(node["metadata"], tensors, where, depth + 1)
+            if not isinstance(meta, dict):
+                raise ValueError("dict metadata is not a dict")
+            out._metadata = meta  # type: ignore[attr-defined]
         return out
-    raise UnsafeFileError(f"{where}: unknown state skeleton node {sorted(node)}")
+    raise UnsafeFileError(f"{where}: unknown state skeleton node {_short(sorted(map(str, node)))}")
 
 
-def _tensor(name: str, tensors: Dict[str, torch.Tensor], where: str) -> torch.Tensor:
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, BaseException) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _tensor(name: Any, tensors: Dict[str, torch.Tensor], where: str) -> torch.Tensor:
     try:
         return tensors[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise UnsafeFileError(f"{where}: skeleton refers to tensor {name!r} that the file does not hold") from None
 
 
@@ -196,8 +239,8 @@ def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:
                               f"(expected {FORMAT_VERSION})")
     try:
         skeleton = json.loads(meta[_SKELETON_KEY])
-    except json.JSONDecodeError as e:
-        raise UnsafeFileError(f"{name}: damaged state skeleton ({e})") from e
+    except (ValueError, TypeError, RecursionError) as e:
+        raise UnsafeFileError(f"{name}: damaged state skeleton ({type(e).__name__}: {_short(e)})") from None
     return _decode(skeleton, tensors, name)
 
 
@@ -215,8 +258,9 @@ def _check_header(data: bytes, name: str) -> None:
 
 def _metadata(data: bytes) -> Dict[str, str]:
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(bytes(data[8 : 8 + n]))
-    return dict(header.get("__metadata__") or {})
+    header = json.loads(bytes(data[8 : 8 + n]))  # safetensors parsed this header already
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return dict(meta) if isinstance(meta, dict) else {}
 
 
 # ----------------------------------------------------------------- files

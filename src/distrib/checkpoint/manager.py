@@ -10,7 +10,9 @@ The listing, not the index, decides what exists: `latest_checkpoint` is the
 highest-numbered complete, verified ``ckpt-N``. The index only remembers which
 checkpoints ``keep_checkpoint_every_n_hours`` preserved.
 
-Multi-worker: every worker calls `save` (it is collective); the chief writes
+Multi-worker: creating a manager is collective (the chief lists the directory,
+every worker gets its view, so ``latest_checkpoint`` agrees from the start);
+every worker calls `save` (it is collective); the chief writes
 and deletes, the others write to private temporary directories, and afterwards
 every worker's `latest_checkpoint` and `checkpoints` are the chief's.
 `restore_or_initialize` is collective too: every worker restores the path the
@@ -34,6 +36,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.agreement import chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.fs import check_backend
@@ -43,6 +46,22 @@ from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 __all__ = ["CheckpointManager", "INDEX_FILE"]
 
 INDEX_FILE = "checkpoint"
+
+
+_MAX_INDEX_BYTES = 1024 * 1024
+
+
+def _checked_index(index: Any) -> Dict[str, Any]:
+    """``index`` if it has the shape `_write_index` writes (the fields read back), else ValueError."""
+    if not isinstance(index, dict):
+        raise ValueError(f"holds a {type(index).__name__}, not an object")
+    preserved = index.get("preserved", [])
+    if not isinstance(preserved, list) or not all(isinstance(n, str) for n in preserved):
+        raise ValueError("'preserved' is not a list of names")
+    when = index.get("last_preserved_time", time.time())
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
+        raise ValueError("'last_preserved_time' is not a number")
+    return {"preserved": preserved, "last_preserved_time": float(when)}
 
 
 def _value(counter: Any) -> int:
@@ -91,7 +110,7 @@ class CheckpointManager:
         self._last_step: Optional[int] = None
         index = self._read_index()
         self._preserved: List[str] = [storage.join(self._directory, n) for n in index.get("preserved", [])
-                                      if isinstance(n, str) and "/" not in n]
+                                      if "/" not in n and "\\" not in n and n not in ("", ".", "..")]
         self._last_preserved = float(index.get("last_preserved_time", time.time()))
         self._times: Dict[str, float] = {}
         self._checkpoints: List[str] = []
@@ -100,25 +119,34 @@ class CheckpointManager:
 
     # ------------------------------------------------------------- state
     def _scan(self) -> None:
-        """Recover the kept checkpoints from the directory listing; verify the newest."""
+        """Recover the kept checkpoints from the listing: the chief's view, on every worker."""
+        try:
+            role = resolve_role(self._strategy, "CheckpointManager")
+        except RuntimeError:
+            role = None  # no strategy in a multi-process job: save() names the problem
+        view = chief_decides(role, f"the checkpoints in {self._directory}", self._look)
+        self._latest = view["latest"]
+        self._checkpoints = list(view["checkpoints"])
+        self._times = {p: float(t) for p, t in view["times"].items()}
+
+    def _look(self) -> Dict[str, Any]:
+        """The listing: every complete checkpoint up to the newest verified one."""
         found = [p for _, p in numbered_checkpoints(self._directory, self._name) if p not in self._preserved]
-        complete = []
+        complete, times = [], {}
         for path in found:
             try:
                 manifest = storage.read_manifest(path)
             except (storage.CorruptCheckpointError, ValueError, OSError):
                 continue  # first_valid below warns about the newest ones
             complete.append(path)
-            self._times[path] = float(manifest.get("created", 0.0))
-        self._latest = first_valid(list(reversed(found)))
-        if self._latest is not None:
-            cut = found.index(self._latest)
-            complete = [p for p in complete if p in found[: cut + 1]]
-        else:
-            complete = []
-        self._checkpoints = complete
+            created = manifest.get("created", 0.0)
+            times[path] = float(created) if isinstance(created, (int, float)) else 0.0
+        latest = first_valid(list(reversed(found)))
+        complete = [p for p in complete if p in found[: found.index(latest) + 1]] if latest is not None else []
+        return {"latest": latest, "checkpoints": complete, "times": times}
 
     def _read_index(self) -> Dict[str, Any]:
+        """The ``checkpoint`` index, checked: untrusted, so anything malformed is warned about and ignored."""
         path = storage.join(self._directory, INDEX_FILE)
         if not storage.exists(path):
             return {}
@@ -126,11 +154,14 @@ class CheckpointManager:
             import fsspec
 
             with fsspec.open(path, "rb") as f:
-                index = json.loads(f.read())
-            return index if isinstance(index, dict) else {}
-        except (ValueError, OSError) as exc:
-            warnings.warn(f"{path}: unreadable checkpoint index ({exc}); using the directory listing",
-                          CheckpointWarning, stacklevel=3)
+                data = f.read(_MAX_INDEX_BYTES + 1)
+            if len(data) > _MAX_INDEX_BYTES:
+                raise ValueError(f"larger than {_MAX_INDEX_BYTES} bytes")
+            index = json.loads(data)
+            return _checked_index(index)
+        except (ValueError, TypeError, RecursionError, OSError) as exc:
+            warnings.warn(f"{path}: unreadable checkpoint index ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "using the directory listing", CheckpointWarning, stacklevel=3)
             return {}
 
     def _write_index(self) -> None:

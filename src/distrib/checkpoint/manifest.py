@@ -32,6 +32,7 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 #: Largest single checkpoint file a manifest may declare.
 MAX_FILE_BYTES = 1 << 40
 _MAX_FILES = 100_000
+_CHUNK = 8 * 1024 * 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _RESERVED = ("MANIFEST.json", "COMPLETE")
 
@@ -107,11 +108,20 @@ def read_bounded(path: str, name: str, limit: int) -> bytes:
         real = os.path.realpath(target)
         if os.path.commonpath([real_root, real]) != real_root:
             raise _corrupt(path, f"{name} is a link that leaves the checkpoint (to {real})")
-        try:
-            mode = os.stat(real).st_mode
-        except FileNotFoundError:
-            raise
+        mode = os.stat(real).st_mode
         if not stat.S_ISREG(mode):
             raise _corrupt(path, f"{name} is not a regular file")
     with fs.open(target, "rb") as handle:
-        return handle.read(limit + 1)
+        return _read_at_most(handle, limit + 1)
+
+
+def _read_at_most(handle: Any, n: int) -> bytes:
+    """Up to ``n`` bytes, in chunks: a size claimed by a file's manifest is never allocated up front."""
+    chunks, left = [], n
+    while left > 0:
+        chunk = handle.read(min(left, _CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

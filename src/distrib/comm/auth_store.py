@@ -50,7 +50,8 @@ _MAX_PENDING = 64  # unauthenticated connections at once; the oldest is dropped 
 _ACCEPT_BACKOFF = (0.01, 1.0)  # after a failed accept() (EMFILE...): first and longest pause
 _MISMATCHES: List[str] = []  # peers that proved a different job secret, in this process
 _MAX_KEY_BYTES = 4096
-_REPLY_SLACK_SECONDS = 30.0  # beyond the store timeout, before a silent chief counts as lost
+_REPLY_SLACK_SECONDS = 30.0  # at most this beyond the store timeout, before a silent chief counts as lost
+_MIN_REPLY_SLACK_SECONDS = 5.0  # a store with a short timeout (heartbeats) waits only its timeout, at least this
 Value = Union[str, bytes]
 
 
@@ -299,7 +300,9 @@ class AuthStore(dist.Store):
         with self._lock:
             try:
                 # A chief that stopped answering must not block this task forever.
-                self._sock.settimeout(max(wait_ms / 1000.0, self.timeout.total_seconds()) + _REPLY_SLACK_SECONDS)
+                limit = self.timeout.total_seconds()
+                slack = min(_REPLY_SLACK_SECONDS, max(_MIN_REPLY_SLACK_SECONDS, limit))
+                self._sock.settimeout(max(wait_ms / 1000.0, limit) + slack)
                 self._session.send(self._sock, encode_fields(fields))
                 reply = decode_fields(self._session.recv(self._sock))
             except AuthenticationError as exc:

@@ -55,14 +55,16 @@ class HealthMonitor:
         self._last_change: Dict[int, float] = {}
         self._stop = threading.Event()
         self._store_lost_since: Optional[float] = None
+        self._last_contact = time.monotonic()
+        self._store_silent = False  # the outage is a chief that does not answer, not one that is gone
         self.busy_since: Optional[float] = None  # set while the owner waits in a collective
         self._thread = threading.Thread(target=self._run, name="distrib-heartbeat", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
-        """Stop beating; returns once the beating thread has left the store alone."""
+    def close(self, wait: bool = True) -> None:
+        """Stop beating; returns once the beating thread has left the store alone (``wait``)."""
         self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=self.interval * 4 + 2)
 
     def release(self) -> None:
@@ -78,12 +80,15 @@ class HealthMonitor:
                 self._store.add(key, 1)
                 self._observe()
                 self._store_lost_since = None
-            except Exception:
+                self._last_contact = time.monotonic()
+            except Exception as exc:
                 now = time.monotonic()
-                self._store_lost_since = self._store_lost_since or now
-                if now - self._store_lost_since > self.timeout:
-                    self._give_up(f"lost contact with the chief {self._describe(0)} for "
-                                  f"{self.timeout:g}s (it exited or was killed?)")
+                if self._store_lost_since is None:
+                    self._store_lost_since = now
+                    self._store_silent = _is_silence(exc)
+                if now - self._last_contact > self.timeout:
+                    self._give_up(f"the chief {self._describe(0)} {self._chief_state()} for "
+                                  f"{self.timeout:g}s")
             else:
                 self._check_watchdog()
 
@@ -101,6 +106,11 @@ class HealthMonitor:
         for r in range(self.world_size):
             self._last_change.setdefault(r, now)
 
+    def _chief_state(self) -> str:
+        if self._store_silent:
+            return "is not responding (stopped or hung: its store accepts but does not answer)"
+        return "is gone (its store refused or dropped the connection: it exited or was killed)"
+
     def stale_peers(self, threshold: float) -> List[int]:
         now = time.monotonic()
         return [r for r, t in sorted(self._last_change.items())
@@ -110,7 +120,7 @@ class HealthMonitor:
         stale = self.stale_peers(self.timeout)
         if stale and self.busy_since is not None and time.monotonic() - self.busy_since > self.timeout:
             names = ", ".join(self._describe(r) for r in stale)
-            self._give_up(f"{names} stopped responding {self.timeout:g}s ago while "
+            self._give_up(f"{names} stopped responding (stopped, hung or exited) {self.timeout:g}s ago while "
                           f"{self._describe(self.rank)} was waiting for it")
 
     def _give_up(self, why: str) -> None:
@@ -119,20 +129,32 @@ class HealthMonitor:
         os._exit(LOST_PEER_EXIT_CODE)
 
     # ----------------------------------------------------------- naming
-    def find_lost(self, wait: Optional[float] = None) -> List[str]:
-        """Describe the tasks that look dead, watching up to ``wait`` seconds."""
+    def find_lost(self, wait: Optional[float] = None, silent: bool = False) -> List[str]:
+        """Describe the tasks that look dead or stopped, watching up to ``wait`` seconds.
+
+        ``silent``: the failed operation timed out (rather than losing its
+        connection), so a peer whose heartbeat stopped is named as not
+        responding -- stopped (SIGSTOP) or hung -- rather than gone.
+        """
         wait = wait if wait is not None else self.interval * 3 + 0.5
         deadline = time.monotonic() + wait
         threshold = self.interval * 2.5
         while True:
             if self._store_lost_since is not None and self.rank != 0:
-                return [f"the chief {self._describe(0)}"]
+                return [f"the chief {self._describe(0)} {self._chief_state()}"]
             stale = self.stale_peers(threshold)
             if stale:
-                return [self._describe(r) for r in stale]
+                state = "is not responding (stopped or hung)" if silent else "is gone"
+                return [f"{self._describe(r)} {state}" for r in stale]
             if time.monotonic() >= deadline:
                 return []
             time.sleep(self.interval / 4)  # poll: heartbeats arrive on their own thread
+
+
+def _is_silence(exc: BaseException) -> bool:
+    """True if ``exc`` is a store call that timed out (a peer that is there but silent)."""
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text
 
 
 def _connect_with_backoff(host: str, port: int, world_size: int, timeout: float, me: str,

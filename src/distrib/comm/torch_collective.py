@@ -54,6 +54,7 @@ class TorchCollective(Collective):
         self._timeout = timeout
         self._store = store
         self._closed = False
+        self._peer_lost = False
 
     @classmethod
     def connect(cls, resolver: Any, options: CommunicationOptions, device: torch.device) -> "TorchCollective":
@@ -188,12 +189,14 @@ class TorchCollective(Collective):
 
     def _translate(self, op: str, exc: BaseException) -> DistribCommError:
         me = self._describe(self._rank)
-        lost = self._monitor.find_lost() if self._monitor is not None else []
-        if lost:
-            return WorkerLostError(
-                f"{', '.join(lost)} is gone: {op} on {me} failed ({first_line(exc)})")
         text = first_line(exc)
-        if "timeout" in text.lower() or "timed out" in text.lower():
+        silent = "timeout" in text.lower() or "timed out" in text.lower()
+        lost = self._monitor.find_lost(silent=silent) if self._monitor is not None else []
+        if lost:
+            self._peer_lost = True  # shutdown must not wait on a store a stopped chief never answers
+            return WorkerLostError(
+                f"{'; '.join(lost)}: {op} on {me} failed ({first_line(exc)})")
+        if silent:
             return CollectiveTimeoutError(
                 f"{op} on {me} timed out after {self._timeout:g}s: every task is alive, so one of "
                 f"them is not running the same collective (a chief-only or rank-dependent code path?)")
@@ -211,13 +214,15 @@ class TorchCollective(Collective):
             return
         self._closed = True
         try:
+            if self._peer_lost:
+                raise ConnectionError("a peer is lost: nothing left to coordinate")
             self._store.set(f"distrib/done/{self._rank}", "1")
             if self._rank == 0 and self._monitor is not None:
                 self._wait_for_others_to_leave()
         except Exception:
             pass  # the store is gone already: nothing left to coordinate
         if self._monitor is not None:
-            self._monitor.close()
+            self._monitor.close(wait=not self._peer_lost)  # a beat may be stuck on a silent chief
         try:
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -253,7 +253,7 @@ class TrainingLoop:
                                                              seen=state.global_step - first_global_step),
                                   stacklevel=3)
                     self.stop_training = True
-                if self.stop_training:
+                if self._agreed_stop():
                     break
             state.attach_iterator(None)
             finalize = getattr(self.optimizer, "finalize_variable_values", None)
@@ -279,9 +279,16 @@ class TrainingLoop:
         result = run_steps(phase=TRAIN, callbacks=cbs, iterator=iterator, step_fn=self._train_one, steps=steps,
                            log_every=log_every, batch_logs=lambda _: self.compute_logs(), first_step=first_step,
                            steps_per_execution=self.steps_per_execution, after_step=after_step,
-                           should_stop=lambda: bool(self.stop_training))
+                           should_stop=self._agreed_stop)
         logs = dict(result.logs) if result.logs is not None else self.compute_logs()
         return logs, result.exhausted and not iterators.per_epoch
+
+    def _agreed_stop(self) -> bool:
+        """``stop_training`` as every worker sees it: true if any worker's callbacks set it."""
+        collective = self.strategy.collective
+        if collective.world_size > 1:
+            self.stop_training = collective.agree_any(bool(self.stop_training))
+        return bool(self.stop_training)
 
     def _train_one(self, batch: Any, global_batch_size: int) -> None:
         self.strategy.run(self.owner.train_step, (batch, global_batch_size))

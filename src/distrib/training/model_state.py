@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import numpy as np
 import torch
 
+from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure
 
@@ -71,6 +72,7 @@ def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
         if loop.torch_optimizer is None:
             raise RuntimeError("load_state_dict: the state holds optimizer state but the model is not "
                                "compiled; call model.compile(...) before restoring")
+        check_optimizer_state(loop.torch_optimizer, state["optimizer"])
         loop.torch_optimizer.load_state_dict(state["optimizer"])
     if state.get("metrics") is not None:
         apply_metric_state(loop, {"metrics": state["metrics"],
