@@ -48,6 +48,7 @@ from distrib.training.loop_state import TrainLoopState
 from distrib.training.loss_tracker import LossTracker
 from distrib.training.predict_output import assemble, concat, rows_of
 from distrib.training.serialization import to_spec
+from distrib.training.stop_agreement import may_stop_during_epoch
 from distrib.training.step_loop import PREDICT, TEST, TRAIN, default_log_every, run_steps
 
 __all__ = ["TrainingLoop"]
@@ -75,6 +76,7 @@ class TrainingLoop:
         #: Steps between log/progress updates; None: about 16 per epoch.
         self.log_every: Optional[int] = None
         self.stop_training = False
+        self._stop_each_step = False  # fit agrees stop_training after each execution (see stop_agreement)
         self.history: Any = None
         #: The `CallbackList` of the fit/evaluate/predict call in progress (or the last one).
         self.callbacks: Any = None
@@ -226,6 +228,9 @@ class TrainingLoop:
             log_every = self.log_every or default_log_every(steps)
             cbs = self._callback_list(callbacks, verbose, fit=True, epochs=epochs, steps=steps, log_every=log_every)
             self.stop_training = False
+            collective = self.strategy.collective
+            self._stop_each_step = collective.world_size > 1 and collective.agree_any(
+                may_stop_during_epoch(cbs.callbacks, self.owner))
             state.epoch, state.step_in_epoch, state.epoch_done = initial_epoch, 0, False
             self.module.train()
             self.torch_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
@@ -279,9 +284,13 @@ class TrainingLoop:
         result = run_steps(phase=TRAIN, callbacks=cbs, iterator=iterator, step_fn=self._train_one, steps=steps,
                            log_every=log_every, batch_logs=lambda _: self.compute_logs(), first_step=first_step,
                            steps_per_execution=self.steps_per_execution, after_step=after_step,
-                           should_stop=self._agreed_stop)
+                           should_stop=self._agreed_stop if self._stop_each_step else self._local_stop)
         logs = dict(result.logs) if result.logs is not None else self.compute_logs()
         return logs, result.exhausted and not iterators.per_epoch
+
+    def _local_stop(self) -> bool:
+        """No user code runs during the epoch: ``stop_training`` is the same on every worker."""
+        return bool(self.stop_training)
 
     def _agreed_stop(self) -> bool:
         """``stop_training`` as every worker sees it: true if any worker's callbacks set it."""
