@@ -31,7 +31,7 @@ def mnist_dataset(batch_size):
 
 
 def build_cnn():
-  """The tutorial's Sequential model as a torch module (importable: load_model rebuilds it)."""
+  """The tutorial's Sequential model as a torch module (standard layers: load_model rebuilds it)."""
   return torch.nn.Sequential(
       torch.nn.Unflatten(1, (1, 28)),                       # InputLayer((28, 28)) + Reshape((28, 28, 1))
       torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(),           # Conv2D(32, 3, activation='relu')
@@ -41,7 +41,7 @@ def build_cnn():
 
 
 def build_and_compile_cnn_model():
-  model = distrib.Model(build_cnn(), builder="mnist_fit:build_cnn")
+  model = distrib.Model(build_cnn())
   model.compile(
       loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True),
       optimizer=distrib.optimizers.SGD(learning_rate=0.001),

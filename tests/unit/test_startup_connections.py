@@ -4,6 +4,7 @@ import pytest
 import torch.distributed as dist
 
 from distrib.comm import health
+from distrib.comm.auth_store import host_store
 from distrib.comm.errors import RendezvousTimeoutError
 from distrib.comm.health import HealthMonitor
 from distrib.process.ports import free_port
@@ -15,16 +16,16 @@ def describe(rank):
 
 def test_heartbeat_connection_survives_refused_attempts(monkeypatch):
     port = free_port()
-    master = dist.TCPStore("127.0.0.1", port, 2, is_master=True, wait_for_workers=False)
-    real, refusals = dist.TCPStore, []
+    master = host_store("127.0.0.1", port, 2, 10)  # the chief's store, as the job hosts it
+    real, refusals = health.store_client, []
 
-    def flaky_store(*args, **kwargs):
+    def flaky_client(*args, **kwargs):
         if len(refusals) < 3:  # what a starved chief's full accept queue looks like
             refusals.append(1)
             raise dist.DistNetworkError("Connection refused")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(health.dist, "TCPStore", flaky_store)
+    monkeypatch.setattr(health, "store_client", flaky_client)
     monitor = HealthMonitor("127.0.0.1", port, 1, 2, 10, describe, namespace="distrib/attempt/x")
     try:
         assert len(refusals) == 3
