@@ -105,6 +105,7 @@ def _moved(res, fragment):
     return all(not np.allclose(res["initial"][k], res["final"][k]) for k in names)
 
 
+@pytest.mark.slow  # fit's twin (dropout and batch norm, replicas identical) stays in the default run
 def test_keras_custom_loop_with_dropout_and_batch_norm_trains_and_replicas_stay_identical():
     workers = run_cluster(keras_custom_loop, num_workers=2, args=(True,), env=KERAS_ENV, timeout=200)
     assert [w["replicas"] for w in workers] == [2, 2]

@@ -75,7 +75,7 @@ def _reference(initial, optimizer_name, num_workers):
     return [p.detach() for p in model.parameters()], losses
 
 
-@pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer_name", ["sgd", pytest.param("adam", marks=pytest.mark.slow)])
 def test_two_workers_match_one_process_on_global_batches(optimizer_name):
     results = run_cluster(train_on_workers, num_workers=2, args=(optimizer_name,), timeout=120)
     assert [r["replicas"] for r in results] == [2, 2]

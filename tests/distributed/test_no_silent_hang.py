@@ -66,7 +66,7 @@ def test_worker_without_its_chief_is_told_so(script):
     assert "chief worker 0 (127.0.0.1:%d)" % ports[0] in last, last
 
 
-@pytest.mark.parametrize("victim", [0, 1])
+@pytest.mark.parametrize("victim", [0, pytest.param(1, marks=pytest.mark.slow)])  # same path; 1 in the slow run
 def test_worker_killed_mid_training_is_named_by_the_survivor(script, victim):
     ports = [free_port(), free_port()]
     procs = [_start(script, ports, i, timeout=10, victim=victim) for i in range(2)]
