@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -76,7 +76,6 @@ class TrainingLoop:
         #: Steps between log/progress updates; None: about 16 per epoch.
         self.log_every: Optional[int] = None
         self.stop_training = False
-        self._stop_each_step = False  # fit agrees stop_training after each execution (see stop_agreement)
         self.history: Any = None
         #: The `CallbackList` of the fit/evaluate/predict call in progress (or the last one).
         self.callbacks: Any = None
@@ -229,8 +228,9 @@ class TrainingLoop:
             cbs = self._callback_list(callbacks, verbose, fit=True, epochs=epochs, steps=steps, log_every=log_every)
             self.stop_training = False
             collective = self.strategy.collective
-            self._stop_each_step = collective.world_size > 1 and collective.agree_any(
+            stop_each_step = collective.world_size > 1 and collective.agree_any(
                 may_stop_during_epoch(cbs.callbacks, self.owner))
+            should_stop = self._agreed_stop if stop_each_step else self._local_stop
             state.epoch, state.step_in_epoch, state.epoch_done = initial_epoch, 0, False
             self.module.train()
             self.torch_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
@@ -245,7 +245,8 @@ class TrainingLoop:
             for epoch in range(start_epoch, epochs):
                 first_step = start_step if epoch == start_epoch else 0
                 logs, out_of_data = self._run_epoch(cbs, iterators, epoch, first_step,
-                                                    restored and epoch == start_epoch, steps, log_every)
+                                                    restored and epoch == start_epoch, steps, log_every,
+                                                    should_stop)
                 if val_handler is not None and should_validate(epoch, validation_freq):
                     val_log_every = default_log_every(validation_steps or val_handler.steps_per_pass)
                     val_logs = self._evaluate_handler(val_handler, validation_steps, cbs, val_log_every)
@@ -268,7 +269,7 @@ class TrainingLoop:
         return self.history
 
     def _run_epoch(self, cbs: Any, iterators: EpochIterators, epoch: int, first_step: int, restored: bool,
-                   steps: Optional[int], log_every: int) -> Tuple[Logs, bool]:
+                   steps: Optional[int], log_every: int, should_stop: Callable[[], bool]) -> Tuple[Logs, bool]:
         """One epoch; returns its logs and whether the shared iterator ran out early."""
         state = self.train_loop_state
         if not (restored and first_step > 0):
@@ -284,7 +285,7 @@ class TrainingLoop:
         result = run_steps(phase=TRAIN, callbacks=cbs, iterator=iterator, step_fn=self._train_one, steps=steps,
                            log_every=log_every, batch_logs=lambda _: self.compute_logs(), first_step=first_step,
                            steps_per_execution=self.steps_per_execution, after_step=after_step,
-                           should_stop=self._agreed_stop if self._stop_each_step else self._local_stop)
+                           should_stop=should_stop)
         logs = dict(result.logs) if result.logs is not None else self.compute_logs()
         return logs, result.exhausted and not iterators.per_epoch
 
