@@ -106,11 +106,17 @@ class BackupAndRestore(Callback):
         # fit runs callbacks inside the model's strategy scope, so the manager sees that strategy.
         self._manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=self.max_to_keep,
                                           checkpoint_name="backup")
+        self._manager.snapshot_on_save = False  # elastic snapshots are taken per step below
         self.restored_from = self._manager.restore_or_initialize()
+        self._manager.keep_snapshot()
         self._last_step = self.model.train_loop_state.global_step
         self._preempted = False
         if self.save_before_preemption:
             self._watcher = PreemptionWatcher().install()
+            if self._manager.snapshot_kept:
+                # attach now, so every later check rides in the gradient all-reduce: a replacement
+                # started mid-training must issue exactly the collectives its predecessor did
+                self._check_preemption()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self._check_preemption():
@@ -119,6 +125,10 @@ class BackupAndRestore(Callback):
         self._last_step = step
         if isinstance(self.save_freq, int) and step // self.save_freq > last // self.save_freq:
             self._save()  # this execution reached a multiple of save_freq
+        steps = self.params.get("steps")
+        if steps is not None and batch + 1 < steps:
+            # elastic training: resuming here runs the same collectives as going on (not at an epoch's end)
+            self._manager.keep_snapshot()  # type: ignore[union-attr]
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():

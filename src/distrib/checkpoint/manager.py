@@ -39,13 +39,16 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
+from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 
-__all__ = ["CheckpointManager", "INDEX_FILE"]
+__all__ = ["CheckpointManager", "INDEX_FILE", "PEER_SNAPSHOT"]
 
 INDEX_FILE = "checkpoint"
+#: What `CheckpointManager.restore_or_initialize` returns in an elastic replacement (restored from a peer).
+PEER_SNAPSHOT = "<in-memory snapshot of a surviving worker>"
 
 
 _MAX_INDEX_BYTES = 1024 * 1024
@@ -107,6 +110,10 @@ class CheckpointManager:
         self._step_counter = step_counter
         self._interval = checkpoint_interval
         self._init_fn = init_fn
+        #: `save` also keeps an in-memory snapshot under elastic training (see `keep_snapshot`).
+        self.snapshot_on_save = True
+        #: Whether `keep_snapshot` kept one (elastic training is on).
+        self.snapshot_kept = False
         self._last_step: Optional[int] = None
         index = self._read_index()
         self._preserved: List[str] = [storage.join(self._directory, n) for n in index.get("preserved", [])
@@ -232,7 +239,21 @@ class CheckpointManager:
         if role.num_replicas_in_sync > 1:
             shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])
+        if self.snapshot_on_save:
+            self.keep_snapshot()
         return path
+
+    def keep_snapshot(self) -> None:
+        """Under elastic training, keep the checkpoint's state in memory for a replacement (collective).
+
+        A no-op otherwise. `save` calls it unless ``snapshot_on_save`` is False
+        (`BackupAndRestore` keeps its own per-step snapshots).
+        """
+        role = resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
+        keep = getattr(role.collective, "keep_snapshot", None)
+        if keep is not None:
+            keep(lambda: dumps_state(self._checkpoint.state_dict()))
+            self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
         if path in self._checkpoints:
@@ -264,6 +285,11 @@ class CheckpointManager:
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
         if role.num_replicas_in_sync > 1:
             path = role.collective.broadcast_json(path)
+        take = getattr(role.collective, "take_snapshot", None)
+        snapshot = take() if take is not None else None
+        if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
+            self._checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
+            return PEER_SNAPSHOT
         if path is not None:
             self._checkpoint.restore(path)
             return path

@@ -126,6 +126,9 @@ class Collective(abc.ABC):
         data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
         return [json.loads(bytes(t.numpy().tobytes()).decode()) for t in self.control_all_gather(data)]
 
+    def step_boundary(self) -> None:
+        """A training step starts (``strategy.run``); an elastic collective marks its log here."""
+
     def shutdown(self) -> None:
         """Release connections; the collective is unusable afterwards."""
 

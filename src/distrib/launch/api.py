@@ -103,6 +103,7 @@ def launch(
     hosts: Optional[Sequence[str]] = None,
     node_rank: int = 0,
     master_port: int = 29500,
+    elastic: bool = False,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -145,6 +146,10 @@ def launch(
             chief). A restart restarts this node's tasks only.
         node_rank: this node's index in ``hosts``.
         master_port: first port of a multi-node cluster (the chief's).
+        elastic: a failed training task other than the chief is started again
+            alone and catches up from the survivors (`distrib.elastic`; sets
+            ``DISTRIB_ELASTIC=1`` in every task); each replacement uses one of
+            ``max_restarts``. A lost chief still restarts the whole group.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -179,6 +184,8 @@ def launch(
         base_env.pop("DISTRIB_PROGRESS_TTY", None)
     if verbose:
         base_env["DISTRIB_VERBOSE"] = "1"
+    if elastic:
+        base_env["DISTRIB_ELASTIC"] = "1"
     for key, value in (env or {}).items():
         if value is None:
             base_env.pop(key, None)
@@ -228,8 +235,12 @@ def launch(
             log("starting " + ", ".join(
                 f"{t.name} ({cluster[t.task_type][t.task_index]})" for t in tasks))
             group = TaskGroup(launches, router=router, events=events, interrupts=interrupts,
-                              grace_seconds=grace_seconds, cwd=cwd)
+                              grace_seconds=grace_seconds, cwd=cwd,
+                              replacements=max_restarts - counted if elastic else 0)
             outcome, running, stopped = _run_attempt(group, deadline, grace_seconds)
+            counted += len(group.replaced)
+            result.replacements += len(group.replaced)
+            result.failures.extend(group.replaced)
             result.tasks = group.statuses()
             if interrupts.signum is not None and outcome.kind != "success":
                 outcome = Outcome("signal", signum=interrupts.signum)

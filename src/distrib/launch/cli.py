@@ -140,6 +140,7 @@ class LaunchOptions:
     hosts: Optional[List[str]] = None
     node_rank: int = 0
     master_port: int = DEFAULT_MASTER_PORT
+    elastic: bool = False
 
 
 def _count(text: str) -> int:
@@ -241,6 +242,9 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
     run.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     run.add_argument("--max-restarts", "--max_restarts", type=_count, default=0, metavar="K",
                      help="restart the whole group up to K times after a failure (default: 0)")
+    run.add_argument("--elastic", action="store_true",
+                     help="replace a lost worker alone: the others keep their state and it catches up "
+                          "from them (needs --max-restarts; see docs/elastic.md)")
     run.add_argument("--host", default="127.0.0.1",
                      help="address to pick ports on and publish in TF_CONFIG (default: 127.0.0.1)")
     run.add_argument("--grace-seconds", type=_seconds, default=DEFAULT_GRACE_SECONDS, metavar="S",
@@ -297,7 +301,7 @@ def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         chief=ns.chief, ps=ns.ps, evaluator=ns.evaluator, max_restarts=ns.max_restarts,
         host=ns.host, grace_seconds=ns.grace_seconds,
         timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose,
-        hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port)
+        hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port, elastic=ns.elastic)
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
@@ -316,7 +320,7 @@ def _run_launch(opts: LaunchOptions) -> int:
             evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
             host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
             verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
-            master_port=opts.master_port)
+            master_port=opts.master_port, elastic=opts.elastic)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:

@@ -51,6 +51,8 @@ class LaunchResult:
             preemptions together; tasks see it as ``DISTRIB_RESTART_COUNT``).
         preemption_restarts: the part of ``restarts`` caused by a task exiting
             with `RESTART_EXIT_CODE` (not counted against ``max_restarts``).
+        replacements: tasks started again alone under ``elastic=True``
+            (each counted against ``max_restarts``).
         failures: one description per failure or preemption, in order, e.g.
             ``"worker 1 failed with exit code 3"``.
         tasks: how each task of the last attempt ended, by name.
@@ -63,6 +65,7 @@ class LaunchResult:
     returncode: int
     restarts: int = 0
     preemption_restarts: int = 0
+    replacements: int = 0
     failures: List[str] = field(default_factory=list)
     tasks: Dict[str, TaskStatus] = field(default_factory=dict)
     outputs: Optional[Dict[str, str]] = None

@@ -14,6 +14,12 @@ that ends the attempt:
   finished too -> ``success``;
 * the deadline passes -> ``timeout``; the launcher gets a signal -> ``signal``.
 
+Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
+other than the chief that fails is started again alone, as a replacement
+(``DISTRIB_ELASTIC_JOIN=1``) that joins the survivors (`distrib.elastic`),
+while replacements are left and the chief still runs; otherwise the attempt
+fails as above (the whole group restarts from the last checkpoint).
+
 `stop` sends SIGTERM to each task's process group, waits up to the grace
 period, then sends SIGKILL (at once if another signal reaches the launcher
 meanwhile, e.g. a second Ctrl-C). After a preemption, `let_finish` first
@@ -96,8 +102,12 @@ class TaskGroup:
 
     def __init__(self, launches: Sequence[TaskLaunch], *, router: OutputRouter,
                  events: "queue.SimpleQueue[Any]", interrupts: InterruptState,
-                 grace_seconds: float, cwd: Optional[str] = None) -> None:
+                 grace_seconds: float, cwd: Optional[str] = None, replacements: int = 0) -> None:
         self._tasks = [_Task(launch) for launch in launches]
+        #: Elastic replacements still allowed (each replaces one lost task, the others keep running).
+        self.replacements_left = replacements
+        #: One line per replacement started, e.g. ``"worker 2 killed by SIGKILL"``.
+        self.replaced: List[str] = []
         types = {t.launch.spec.task_type for t in self._tasks}
         self._workers_are_replaceable = {"ps", "chief"} <= types
         self._tolerated: set = set()
@@ -140,6 +150,8 @@ class TaskGroup:
                         f"distrib launch: {task.launch.spec.name} {describe_returncode(task.returncode)}; "
                         f"the chief re-schedules its work on the other workers (parameter-server job)")
                     continue
+                if self._replace(index):
+                    continue  # the replacement runs: that exit no longer ends the attempt
                 kind = "preempted" if task.returncode == RESTART_EXIT_CODE else "failed"
                 return Outcome(kind, task=task.launch.spec, returncode=task.returncode)
             if not any(t.running for t in self._tasks if t.launch.spec.is_training):
@@ -205,6 +217,37 @@ class TaskGroup:
         return [t.launch.spec.name for t in self._tasks if t.running]
 
     # -- internals --------------------------------------------------------
+
+    def _replace(self, index: int) -> bool:
+        """Elastic: start a lost non-chief training task again alone; False where that does not apply."""
+        task = self._tasks[index]
+        spec = task.launch.spec
+        chief = self._chief_index()
+        if (self.replacements_left <= 0 or task.returncode == RESTART_EXIT_CODE or not spec.is_training
+                or index == chief or chief is None or not self._tasks[chief].running):
+            return False
+        self.replacements_left -= 1
+        why = f"{spec.name} {describe_returncode(task.returncode)}"
+        self.replaced.append(why)
+        self._router.launcher_line(f"distrib launch: {why}; starting a replacement for it alone (elastic: "
+                                   f"the other tasks keep their state; {self.replacements_left} replacement"
+                                   f"{'s' if self.replacements_left != 1 else ''} left)")
+        env = dict(task.launch.env)
+        env["DISTRIB_ELASTIC_JOIN"] = "1"
+        self._tasks[index] = _Task(TaskLaunch(spec, task.launch.command, env))
+        self._exit_order = [i for i in self._exit_order if i != index]
+        self._start_one(index, self._tasks[index])
+        return True
+
+    def _chief_index(self) -> Optional[int]:
+        specs = [t.launch.spec for t in self._tasks]
+        for i, spec in enumerate(specs):
+            if spec.task_type == "chief":
+                return i
+        for i, spec in enumerate(specs):
+            if spec.task_type == "worker" and spec.task_index == 0:
+                return i
+        return None
 
     def _start_one(self, index: int, task: _Task) -> None:
         name = task.launch.spec.name

@@ -177,6 +177,7 @@ class ReplicatedStrategy(Strategy):
 
         Tensors in ``args``/``kwargs`` are moved to the replica's device.
         """
+        self._collective.step_boundary()
         self._tracker.synchronize()
         if self._grad_sync is not None:
             self._grad_sync.register_hooks()  # parameters unfrozen since the last step

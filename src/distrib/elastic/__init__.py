@@ -1,0 +1,34 @@
+"""Elastic training: survivors keep their state and a replacement catches up from a peer.
+
+Opt-in: ``distrib launch --elastic`` sets ``DISTRIB_ELASTIC=1`` in every task
+(set it yourself under another launcher). Then every
+`MultiWorkerMirroredStrategy` task logs its collectives' results and keeps
+in-memory snapshots (each `BackupAndRestore` step, each
+`CheckpointManager.save`); when a task dies, the others wait at the failed
+collective, the launcher starts only the lost task again, and that
+replacement re-executes from a survivor's snapshot with every collective
+answered from the survivor's log until it stands where the survivors wait.
+The final weights are those of a run that never failed. See
+``docs/elastic.md``, `distrib.elastic.collective` and `distrib.elastic.recovery`.
+
+Example:
+    >>> elastic_enabled({"DISTRIB_ELASTIC": "1"})
+    True
+    >>> elastic_enabled({})
+    False
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+__all__ = ["ELASTIC_ENV", "elastic_enabled"]
+
+#: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
+ELASTIC_ENV = "DISTRIB_ELASTIC"
+
+
+def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether this task runs with elastic recovery (``DISTRIB_ELASTIC=1``)."""
+    env = os.environ if environ is None else environ
+    return env.get(ELASTIC_ENV, "").strip() == "1"

@@ -1,0 +1,282 @@
+"""`ElasticCollective`: a `TorchCollective` whose survivors outlive a lost task.
+
+Every collective is numbered and its result logged (`distrib.elastic.oplog`).
+When one fails, this task does not raise: it enters recovery
+(`distrib.elastic.recovery`), which forms a new generation with the other
+survivors and a replacement the launcher started, rebuilds the process
+groups, and ships the leader's in-memory snapshot and log to whoever needs
+them. Then the failed collective is issued again on the new groups: the
+survivors never repeat a step; the replacement re-executes from the snapshot
+with every collective answered from the log until it reaches the survivors,
+so it computes exactly what the lost task computed.
+
+Asynchronous all-reduces run synchronously here (each collective completes
+or fails before the next is issued), which is what makes the numbering exact.
+
+Example (what the survivors print when worker 2 is SIGKILLed)::
+
+    distrib: worker 0: all_reduce failed (Connection closed by peer); elastic recovery, generation 1
+    distrib: worker 0: generation 1 formed in 3.4s (leader worker 0 at collective #57, 1 replacement)
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable, List, Optional
+
+import torch
+
+from distrib import hooks
+from distrib.comm.attempt import attempt_namespace
+from distrib.comm.collective import ReduceOp
+from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
+from distrib.comm.health import HealthMonitor
+from distrib.comm.rendezvous import store_client
+from distrib.comm.torch_collective import TorchCollective
+from distrib.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
+from distrib.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
+                                      leader_of, rebuild_groups)
+
+__all__ = ["ElasticCollective", "JOIN_ENV"]
+
+log = logging.getLogger("distrib.elastic")
+
+#: Set (to ``1``) by ``distrib launch --elastic`` in a task it starts to replace a lost one.
+JOIN_ENV = "DISTRIB_ELASTIC_JOIN"
+_TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
+
+
+class ElasticCollective(TorchCollective):
+    """See the module docstring; created by `connect` like a `TorchCollective`."""
+
+    log: OpLog
+    _replay: Optional[Replay] = None
+    _snapshot: Optional[bytes] = None
+    _gen = 0
+    _backend = "gloo"
+
+    @classmethod
+    def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
+        if os.environ.get(JOIN_ENV) == "1":
+            return cls._join(resolver, options, device)
+        collective = super().connect(resolver, options, device)
+        assert isinstance(collective, ElasticCollective)
+        collective.log = OpLog()
+        collective._backend = options.backend_for(device)
+        return collective
+
+    # ---------------------------------------------------------- snapshots
+    def keep_snapshot(self, state: Callable[[], bytes]) -> None:
+        """Keep ``state()`` (a checkpoint's bytes) as the newest in-memory snapshot (every task calls it)."""
+        self.log.keep_snapshot(state())
+
+    def take_snapshot(self) -> Optional[bytes]:
+        """In a replacement, the survivor's snapshot to restore now (once); else None."""
+        data, self._snapshot = self._snapshot, None
+        if data is not None and self._replay is not None:
+            self._replay.restored = True
+        return data
+
+    def step_boundary(self) -> None:
+        if self._replay is not None:
+            self._replay.step_started(self.log)
+        self.log.mark_step()
+
+    # -------------------------------------------------------- collectives
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
+        return self._in_place("all_reduce", tensor, lambda: TorchCollective.all_reduce(self, tensor, op))
+
+    def control_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
+        return self._in_place("control_all_reduce", tensor,
+                              lambda: TorchCollective.control_all_reduce(self, tensor, op))
+
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
+        self.all_reduce(tensor, op)  # synchronous: the numbering must be exact
+        return None
+
+    def wait(self, handle: Any) -> None:
+        return None
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        return self._in_place("broadcast", tensor, lambda: TorchCollective.broadcast(self, tensor, src))
+
+    def control_broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        return self._in_place("control_broadcast", tensor,
+                              lambda: TorchCollective.control_broadcast(self, tensor, src))
+
+    def all_gather(self, tensor: torch.Tensor) -> List[torch.Tensor]:
+        return self._op("all_gather", None, lambda: _listed(TorchCollective.all_gather(self, tensor)),
+                        lambda outs: [o.clone() for o in outs])
+
+    def control_all_gather(self, tensor: torch.Tensor) -> List[torch.Tensor]:
+        return self._op("control_all_gather", None,
+                        lambda: _listed(TorchCollective.control_all_gather(self, tensor)),
+                        lambda outs: [o.clone() for o in outs])
+
+    def barrier(self) -> None:
+        self._op("barrier", None, lambda: (TorchCollective.barrier(self), []), lambda outs: None)
+
+    def agree_any(self, flag: bool) -> bool:
+        return bool(self.control_all_reduce(torch.tensor([1.0 if flag else 0.0]), ReduceOp.MAX).item() > 0)
+
+    def agree_min(self, value: int) -> int:
+        return int(self.control_all_reduce(torch.tensor([float(value)], dtype=torch.float64), ReduceOp.MIN).item())
+
+    # ---------------------------------------------------------- machinery
+    def _in_place(self, kind: str, tensor: torch.Tensor, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        saved = tensor.detach().clone()
+
+        def attempt() -> Any:
+            tensor.copy_(saved)  # a collective that failed half-way may have written into it
+            result = run()
+            return result, [result]
+
+        def apply(outs: List[torch.Tensor]) -> torch.Tensor:
+            tensor.copy_(outs[0])
+            return tensor
+        return self._op(kind, tensor, attempt, apply)
+
+    def _op(self, kind: str, like: Optional[torch.Tensor], attempt: Callable[[], Any],
+            apply: Callable[[List[torch.Tensor]], Any]) -> Any:
+        kind = f"{kind}@{_call_site()}"
+        if _TRACE:
+            print(f"distrib elastic trace: {self._describe(self._rank)} #{self.log.seq} {kind} "
+                  f"{tuple(like.shape) if like is not None else ''} replay={self._replay is not None}",
+                  file=sys.stderr, flush=True)
+        while True:
+            seq = self.log.seq
+            replay = self._replay
+            if replay is not None:
+                if not replay.done(seq):
+                    entry = replay.take(self.log, kind, like)
+                    self.log.record(kind, entry.outputs)
+                    return apply(entry.outputs)
+                self._replay = None
+            try:
+                result, outputs = attempt()
+            except DistribCommError as exc:
+                if self._closed:
+                    raise
+                self._recover(f"{kind} failed ({first_line(exc)})")
+                continue  # the log may answer it now (a survivor that lagged), else it runs again
+            self.log.record(kind, outputs)
+            return result
+
+    def _translate(self, op: str, exc: BaseException) -> DistribCommError:
+        return WorkerLostError(f"{op} on {self._describe(self._rank)} failed: {first_line(exc)}")
+
+    # ----------------------------------------------------------- recovery
+    def _recover(self, why: str) -> None:
+        me = self._describe(self._rank)
+        start = time.monotonic()
+        deadline = start + self._timeout
+        gen = self._gen
+        log.warning("distrib: %s: %s; elastic recovery, generation %d", me, why, gen + 1)
+        while True:
+            gen += 1
+            members = form_generation(self._store, gen, self._rank, self._world_size, self.log.seq, False,
+                                      deadline, self._describe)
+            leader, until, since = leader_of(members)
+            joining = sum(1 for m in members.values() if m["joining"])
+            try:
+                self._group, self._control = rebuild_groups(self._store, gen, self._rank, self._world_size,
+                                                            self._backend, self._timeout)
+                data = encode_payload(self.log, until, since, joining > 0) if self._rank == leader else b""
+                payload = decode_payload(broadcast_payload(data, leader, self._rank, self._control))
+            except ElasticRecoveryError:
+                raise
+            except Exception as exc:  # another task died while the generation formed: form the next one
+                if time.monotonic() >= deadline:
+                    raise ElasticRecoveryError(f"elastic recovery on {me} gave up after {self._timeout:g}s: "
+                                               f"{first_line(exc)}") from None
+                log.warning("distrib: %s: generation %d failed to form (%s); trying generation %d", me, gen,
+                            first_line(exc), gen + 1)
+                continue
+            if payload["error"]:
+                raise ElasticRecoveryError(f"elastic recovery on {me}: {payload['error']}")
+            self._gen = gen
+            if self.log.seq < until:  # this survivor lagged: the leader's log completes its collectives
+                self._replay = Replay([], payload["entries"], until, None)
+            log.warning("distrib: %s: generation %d formed in %.2fs (leader %s at collective #%d, %d "
+                        "replacement%s)", me, gen, time.monotonic() - start, self._describe(leader), until,
+                        joining, "" if joining == 1 else "s")
+            return
+
+    @classmethod
+    def _join(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
+        """A replacement's connect: meet the survivors in their new generation and take the payload."""
+        host, port = resolver.rendezvous_address
+        rank, world, describe = resolver.rank, resolver.world_size, resolver.describe
+        timeout = options.timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        raw_store = _connect(host, port, world, deadline, describe(rank))
+        raw_store.set_timeout(timedelta(seconds=timeout))
+        store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
+        monitor = HealthMonitor(host, port, rank, world, timeout, describe, namespace=attempt_namespace())
+        collective = cls(rank, world, None, None, monitor, describe, timeout, store)
+        collective._raw_store = raw_store
+        collective.log = OpLog()
+        collective._backend = options.backend_for(device)
+        hooks.at_exit(collective.shutdown)
+        while True:
+            gen = join_generation(store, rank, deadline, describe)
+            members = form_generation(store, gen, rank, world, 0, True, deadline, describe)
+            leader, _, _ = leader_of(members)
+            try:
+                collective._group, collective._control = rebuild_groups(store, gen, rank, world,
+                                                                        collective._backend, timeout)
+                payload = decode_payload(broadcast_payload(b"", leader, rank, collective._control))
+                break
+            except ReplayMismatchError:
+                raise
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    raise ElasticRecoveryError(f"elastic join of {describe(rank)} gave up: {first_line(exc)}") from None
+        if payload["error"]:
+            raise ElasticRecoveryError(f"elastic join of {describe(rank)}: {payload['error']}")
+        collective._gen = gen
+        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"])
+        collective._snapshot = payload["snapshot"]
+        collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
+                    "snapshot", describe(rank), gen, time.monotonic() - start, payload["until"],
+                    len(payload["snapshot"]))
+        return collective
+
+
+_HERE = (os.path.join("distrib", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
+
+
+def _call_site(depth: int = 4) -> str:
+    """Where the program issued this collective: the first ``depth`` frames outside the collectives.
+
+    A replacement replays the same code, so an entry's site tells the
+    collective it belongs to apart from another of the same shape.
+    """
+    frame = sys._getframe(2)
+    parts: List[str] = []
+    while frame is not None and len(parts) < depth:
+        name = frame.f_code.co_filename
+        if not name.endswith(_HERE):
+            parts.append(f"{os.path.basename(name)}:{frame.f_code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return "<".join(parts)
+
+
+def _listed(outs: List[torch.Tensor]) -> Any:
+    return outs, list(outs)
+
+
+def _connect(host: str, port: int, world: int, deadline: float, me: str) -> Any:
+    while True:
+        try:
+            return store_client(host, port, world, max(0.5, min(10.0, deadline - time.monotonic())))
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                raise ElasticRecoveryError(f"elastic join: {me} cannot reach the chief's store at "
+                                           f"{host}:{port}: {first_line(exc)}") from None
+        time.sleep(0.1)  # poll: the chief's store may be busy

@@ -1,0 +1,212 @@
+"""The log of collective results that lets a replacement catch up without the survivors.
+
+Every collective's result is the same on every replica (an all-reduce's sum,
+a broadcast's value, an all-gather's list), so a replica that re-executes the
+program from a snapshot can take each collective's result from a survivor's
+log instead of the network: it computes exactly what the lost replica
+computed, and the survivors never repeat a step.
+
+An `OpLog` numbers this process's collectives (``seq``) and keeps:
+
+* the *startup* results: every collective before the first step (strategy
+  creation, initial weights, fit's prologue), kept for the life of the job;
+* the *steps* results since the older of the last two snapshots;
+* the snapshots: the bytes of a `distrib.train.Checkpoint` state (the safe
+  format), each with the ``seq`` it was taken at and the ``seq`` of the first
+  step that started after it (its *mark*).
+
+Example (a replacement restored from the snapshot taken at seq 40, whose mark
+is 42; the leader failed at seq 57)::
+
+    startup results: seq 0..11 answered in order while the program starts
+    restore -> snapshot bytes; the next step jumps the count to 42
+    seq 42..56 answered from the log; seq 57 runs live with the survivors
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.errors import DistribError
+
+__all__ = ["Entry", "Snapshot", "OpLog", "Replay", "ReplayMismatchError", "encode_payload", "decode_payload"]
+
+_KEEP_SNAPSHOTS = 2
+
+
+class ReplayMismatchError(DistribError, RuntimeError):
+    """A replaying replica issued a collective the survivors' log does not hold at that point."""
+
+
+@dataclass
+class Entry:
+    """One collective's result: its kind (``"all_reduce"``, ``"control_all_gather"``, ...) and outputs."""
+
+    seq: int
+    kind: str
+    outputs: List[torch.Tensor]
+
+
+@dataclass
+class Snapshot:
+    """A checkpoint state kept in memory: taken at ``seq``; ``mark`` is the seq of the next step."""
+
+    seq: int
+    data: bytes
+    mark: Optional[int] = None
+
+
+class OpLog:
+    """This process's numbered collective results and in-memory snapshots (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.first_mark: Optional[int] = None
+        self.startup: List[Entry] = []
+        self.entries: List[Entry] = []
+        self.snapshots: List[Snapshot] = []
+
+    def record(self, kind: str, outputs: List[torch.Tensor]) -> None:
+        """Log the result of collective ``seq`` (the outputs are copied) and advance ``seq``."""
+        entry = Entry(self.seq, kind, [t.detach().clone() for t in outputs])
+        (self.startup if self.first_mark is None else self.entries).append(entry)
+        self.seq += 1
+
+    def mark_step(self) -> None:
+        """A step starts now: the first one ends the startup log; open snapshots get their mark."""
+        if self.first_mark is None:
+            self.first_mark = self.seq
+        for snap in self.snapshots:
+            if snap.mark is None:
+                snap.mark = self.seq
+
+    def keep_snapshot(self, data: bytes, seq: Optional[int] = None, mark: Optional[int] = None) -> None:
+        """Keep ``data`` as the newest snapshot; drop what the oldest kept one no longer needs."""
+        self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark))
+        del self.snapshots[:-_KEEP_SNAPSHOTS]
+        oldest = self.snapshots[0].seq
+        self.entries = [e for e in self.entries if e.seq >= oldest]
+
+    def catch_up_snapshot(self, until: int) -> Optional[Snapshot]:
+        """The newest snapshot a replacement can restore and replay to ``until`` from (its mark <= ``until``)."""
+        usable = [s for s in self.snapshots if s.mark is not None and s.mark <= until]
+        return usable[-1] if usable else None
+
+    def entries_between(self, start: int, stop: int) -> List[Entry]:
+        return [e for e in self.entries if start <= e.seq < stop]
+
+
+class Replay:
+    """Answers a replaying replica's collectives from a survivor's log.
+
+    During a replacement's start-up (before its first step) the program may
+    skip collectives the original ran (a resumed `fit` does not draw a new
+    shuffle seed), so the log is searched forward for the next entry issued
+    from the same place; afterwards every collective must match in order.
+
+    Args:
+        startup: results of the collectives before the first step (a replacement's start-up).
+        entries: results of later collectives.
+        until: the first seq that runs live.
+        mark: for a replacement, the seq of the first step after its snapshot (None for a survivor).
+    """
+
+    def __init__(self, startup: List[Entry], entries: List[Entry], until: int, mark: Optional[int]) -> None:
+        self._startup = list(startup)
+        self._cursor = 0
+        self._entries = {e.seq: e for e in entries}
+        self.until = until
+        self.mark = mark
+        self.restored = mark is None  # a survivor has nothing to restore
+        self.in_startup = mark is not None
+
+    def step_started(self, log: OpLog) -> None:
+        """A step starts: after the restore, a replacement's count jumps to the snapshot's mark.
+
+        Raises:
+            ReplayMismatchError: a replacement starts a step without having restored the snapshot.
+        """
+        if not self.in_startup:
+            return
+        if not self.restored:
+            raise ReplayMismatchError(
+                "elastic join: this replacement started a training step before restoring the survivors' "
+                "snapshot; elastic training needs BackupAndRestore in fit, or "
+                "CheckpointManager.restore_or_initialize() before a custom loop's first step")
+        assert self.mark is not None
+        log.seq = self.mark
+        self.in_startup = False
+
+    def done(self, seq: int) -> bool:
+        return not self.in_startup and seq >= self.until
+
+    def take(self, log: OpLog, kind: str, like: Optional[torch.Tensor]) -> Entry:
+        """The logged result of this replica's next collective (``log.seq`` is set to its number)."""
+        if self.in_startup:
+            for i in range(self._cursor, len(self._startup)):
+                entry = self._startup[i]
+                if entry.kind == kind and _fits(entry, like):
+                    self._cursor = i + 1
+                    log.seq = entry.seq
+                    return entry
+            raise ReplayMismatchError(
+                f"elastic start-up: this replacement issued {kind} which the survivors' start-up never "
+                f"did; the program does not run the same collectives on every replica")
+        entry = self._entries.get(log.seq)
+        if entry is None or entry.kind != kind or not _fits(entry, like):
+            had = "nothing" if entry is None else entry.kind
+            raise ReplayMismatchError(
+                f"elastic catch-up: collective #{log.seq} is {kind} here but {had} in the survivors' log; "
+                f"the program does not run the same collectives on every replica")
+        return entry
+
+
+def _fits(entry: Entry, like: Optional[torch.Tensor]) -> bool:
+    if like is None or not entry.outputs:
+        return True
+    return entry.outputs[0].shape == like.shape and entry.outputs[0].dtype == like.dtype
+
+
+def _entries_state(entries: List[Entry]) -> List[Dict[str, Any]]:
+    return [{"seq": e.seq, "kind": e.kind, "outputs": list(e.outputs)} for e in entries]
+
+
+def _entries_from(state: Any) -> List[Entry]:
+    return [Entry(int(e["seq"]), str(e["kind"]), list(e["outputs"])) for e in state]
+
+
+def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
+    """What the leader sends: entries from ``since`` to ``until`` and, for a replacement, snapshot and startup.
+
+    Raises:
+        ReplayMismatchError: a replacement is needed but no kept snapshot can reach ``until``.
+    """
+    state: Dict[str, Any] = {"until": until, "error": None, "mark": None, "snap_seq": None,
+                             "snapshot": torch.zeros(0, dtype=torch.uint8), "startup": []}
+    if replace:
+        snap = log.catch_up_snapshot(until)
+        if snap is None or log.first_mark is None:
+            state["error"] = ("no in-memory snapshot to start a replacement from (elastic recovery needs a "
+                              "BackupAndRestore or CheckpointManager.save() before the failure)")
+        else:
+            assert snap.mark is not None
+            since = min(since, snap.mark)
+            state.update(mark=snap.mark, snap_seq=snap.seq, startup=_entries_state(log.startup),
+                         snapshot=torch.frombuffer(bytearray(snap.data), dtype=torch.uint8))
+    state["entries"] = _entries_state(log.entries_between(since, until))
+    return dumps_state(state)
+
+
+def decode_payload(data: bytes) -> Dict[str, Any]:
+    """The leader's payload (safe format: never unpickled)."""
+    state = loads_state(data, name="elastic recovery payload")
+    if not isinstance(state, dict) or "until" not in state:
+        raise ReplayMismatchError("elastic recovery payload: not a payload written by distrib")
+    state["startup"] = _entries_from(state.get("startup") or [])
+    state["entries"] = _entries_from(state.get("entries") or [])
+    snapshot = state.get("snapshot")
+    state["snapshot"] = bytes(snapshot.numpy().tobytes()) if isinstance(snapshot, torch.Tensor) else b""
+    return state
