@@ -44,6 +44,7 @@ from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
+from distrib.elastic.replica_state import ReplicaState
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -107,6 +108,8 @@ class BackupAndRestore(Callback):
         self._manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=self.max_to_keep,
                                           checkpoint_name="backup")
         self._manager.snapshot_on_save = False  # elastic snapshots are taken per step below
+        self._manager.snapshot_with(Checkpoint(train_loop=self.model.train_loop_state,
+                                               replicas=ReplicaState(self.model, strategy)))
         self.restored_from = self._manager.restore_or_initialize()
         self._manager.keep_snapshot()
         self._last_step = self.model.train_loop_state.global_step

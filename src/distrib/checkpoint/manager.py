@@ -114,6 +114,8 @@ class CheckpointManager:
         self.snapshot_on_save = True
         #: Whether `keep_snapshot` kept one (elastic training is on).
         self.snapshot_kept = False
+        #: What elastic snapshots hold (default: ``checkpoint``); a replacement restores it from a peer.
+        self._snapshot_checkpoint = checkpoint
         self._last_step: Optional[int] = None
         index = self._read_index()
         self._preserved: List[str] = [storage.join(self._directory, n) for n in index.get("preserved", [])
@@ -243,6 +245,10 @@ class CheckpointManager:
             self.keep_snapshot()
         return path
 
+    def snapshot_with(self, checkpoint: Checkpoint) -> None:
+        """Let elastic snapshots hold ``checkpoint`` instead of the saved one (`BackupAndRestore` does)."""
+        self._snapshot_checkpoint = checkpoint
+
     def keep_snapshot(self) -> None:
         """Under elastic training, keep the checkpoint's state in memory for a replacement (collective).
 
@@ -252,7 +258,7 @@ class CheckpointManager:
         role = resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
         keep = getattr(role.collective, "keep_snapshot", None)
         if keep is not None:
-            keep(lambda: dumps_state(self._checkpoint.state_dict()))
+            keep(lambda: dumps_state(self._snapshot_checkpoint.state_dict()))
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
@@ -288,7 +294,7 @@ class CheckpointManager:
         take = getattr(role.collective, "take_snapshot", None)
         snapshot = take() if take is not None else None
         if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
-            self._checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
+            self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
             return PEER_SNAPSHOT
         if path is not None:
             self._checkpoint.restore(path)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from distrib.comm.collective import ReduceOp
+from distrib.elastic import elastic_enabled
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,6 +128,8 @@ class DataHandler:
         self.steps_per_pass = steps_per_pass
         self.needs_seed = shuffle_rows is not None
         self.seed: Optional[int] = None
+        if elastic_enabled() and not (callable(dataset) and not hasattr(dataset, "cardinality")):
+            self._distributed_dataset()  # now, not at first use: a replacement must agree where its predecessor did
 
     def _distributed_dataset(self) -> Any:
         if self._distributed is None:

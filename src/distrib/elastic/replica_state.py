@@ -1,0 +1,63 @@
+"""`ReplicaState`: what an elastic snapshot of `fit` holds that differs between replicas.
+
+Weights and optimizer state are the same on every replica; random generators
+and metric accumulators are not. A replacement must continue with the lost
+replica's own generators and partial metric sums (not the chief's, and not a
+total), or its dropout masks and the epoch's logged metrics would differ from
+a run that never failed. `state_dict` therefore keeps the weights once and
+gathers every replica's generators and metric states (one all-gather, a few
+kilobytes); `load_state_dict` takes this replica's.
+
+Example (3 replicas; replica 1 was lost and is replaced):
+    >>> state = ReplicaState(model, strategy).state_dict()   # on every replica (collective)
+    >>> sorted(state), len(state["replicas"])
+    (['module', 'optimizer', 'replicas'], 3)
+    >>> ReplicaState(model, strategy).load_state_dict(state) # replica 1 takes blob 1: its RNG, metric sums
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+
+from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.rng import apply_rng_state, capture_rng_state
+from distrib.checkpoint.strategy_lookup import resolve_role
+
+__all__ = ["ReplicaState"]
+
+
+class ReplicaState:
+    """A `Checkpoint` trackable: a model's weights once, plus every replica's RNG and metric states.
+
+    Args:
+        model: a compiled `distrib.Model` (anything with ``state_dict(aggregate_metrics=...)``
+            and ``load_state_dict`` in that format).
+        strategy: its strategy (the collective gathers over its replicas).
+    """
+
+    def __init__(self, model: Any, strategy: Any) -> None:
+        self._model = model
+        self._strategy = strategy
+
+    def state_dict(self) -> Dict[str, Any]:
+        """``{"module", "optimizer", "replicas": [uint8 blob per replica]}`` (collective)."""
+        role = resolve_role(self._strategy, "ReplicaState")
+        state = self._model.state_dict(aggregate_metrics=False)
+        own = dumps_state({"rng": capture_rng_state(), "metrics": state["metrics"]})
+        blob = torch.frombuffer(bytearray(own), dtype=torch.uint8)
+        blobs = [blob] if role.num_replicas_in_sync <= 1 else role.collective.all_gather(blob.to(role.comm_device))
+        return {"module": state["module"], "optimizer": state["optimizer"],
+                "replicas": [b.cpu().clone() for b in blobs]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore the weights and this replica's own generators and metric sums."""
+        role = resolve_role(self._strategy, "ReplicaState")
+        blobs = state["replicas"]
+        if len(blobs) != role.num_replicas_in_sync:
+            raise ValueError(f"the snapshot holds {len(blobs)} replicas, the job has {role.num_replicas_in_sync}")
+        mine = loads_state(bytes(blobs[role.replica_id].numpy().tobytes()),
+                           name=f"replica {role.replica_id}'s state in a survivor's snapshot")
+        self._model.load_state_dict({"module": state["module"], "optimizer": state["optimizer"],
+                                     "metrics": mine["metrics"], "metrics_aggregated": False})
+        apply_rng_state(mine["rng"])
