@@ -295,13 +295,14 @@ class CheckpointManager:
         snapshot = take() if take is not None else None
         if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
             self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
-            return PEER_SNAPSHOT
-        if path is not None:
+            path = PEER_SNAPSHOT
+        elif path is not None:
             self._checkpoint.restore(path)
-            return path
-        if self._init_fn is not None:
+        elif self._init_fn is not None:
             self._init_fn()
-        return None
+        if self.snapshot_on_save:
+            self.keep_snapshot()  # elastic: a replacement can start from here
+        return path
 
     def __repr__(self) -> str:
         return (f"CheckpointManager(directory={self._directory!r}, latest={self._latest!r}, "

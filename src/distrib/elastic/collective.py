@@ -71,7 +71,10 @@ class ElasticCollective(TorchCollective):
     # ---------------------------------------------------------- snapshots
     def keep_snapshot(self, state: Callable[[], bytes]) -> None:
         """Keep ``state()`` (a checkpoint's bytes) as the newest in-memory snapshot (every task calls it)."""
-        self.log.keep_snapshot(state())
+        data = state()
+        if self._replay is not None and self._replay.in_startup:
+            return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
+        self.log.keep_snapshot(data)
 
     def take_snapshot(self) -> Optional[bytes]:
         """In a replacement, the survivor's snapshot to restore now (once); else None."""
@@ -239,7 +242,8 @@ class ElasticCollective(TorchCollective):
         if payload["error"]:
             raise ElasticRecoveryError(f"elastic join of {describe(rank)}: {payload['error']}")
         collective._gen = gen
-        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"])
+        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
+                                    payload["snap_seq"])
         collective._snapshot = payload["snapshot"]
         collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
         log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
@@ -251,7 +255,7 @@ class ElasticCollective(TorchCollective):
 _HERE = (os.path.join("distrib", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
 
 
-def _call_site(depth: int = 4) -> str:
+def _call_site(depth: int = 8) -> str:
     """Where the program issued this collective: the first ``depth`` frames outside the collectives.
 
     A replacement replays the same code, so an entry's site tells the

@@ -105,7 +105,9 @@ class Replay:
     During a replacement's start-up (before its first step) the program may
     skip collectives the original ran (a resumed `fit` does not draw a new
     shuffle seed), so the log is searched forward for the next entry issued
-    from the same place; afterwards every collective must match in order.
+    from the same place -- after the restore, first among those the survivors
+    issued between the snapshot and the next step, then in the start-up log;
+    from the first step on every collective must match in order.
 
     Args:
         startup: results of the collectives before the first step (a replacement's start-up).
@@ -114,10 +116,14 @@ class Replay:
         mark: for a replacement, the seq of the first step after its snapshot (None for a survivor).
     """
 
-    def __init__(self, startup: List[Entry], entries: List[Entry], until: int, mark: Optional[int]) -> None:
+    def __init__(self, startup: List[Entry], entries: List[Entry], until: int, mark: Optional[int],
+                 snap_seq: Optional[int] = None) -> None:
         self._startup = list(startup)
         self._cursor = 0
         self._entries = {e.seq: e for e in entries}
+        # what the survivors ran between the snapshot and the next step (a custom loop's loop top)
+        self._tail = [e for e in entries if mark is not None and snap_seq is not None and snap_seq <= e.seq < mark]
+        self._tail_cursor = 0
         self.until = until
         self.mark = mark
         self.restored = mark is None  # a survivor has nothing to restore
@@ -146,6 +152,13 @@ class Replay:
     def take(self, log: OpLog, kind: str, like: Optional[torch.Tensor]) -> Entry:
         """The logged result of this replica's next collective (``log.seq`` is set to its number)."""
         if self.in_startup:
+            if self.restored:  # after the restore: first what followed the snapshot, then the start-up
+                for i in range(self._tail_cursor, len(self._tail)):
+                    entry = self._tail[i]
+                    if entry.kind == kind and _fits(entry, like):
+                        self._tail_cursor = i + 1
+                        log.seq = entry.seq
+                        return entry
             for i in range(self._cursor, len(self._startup)):
                 entry = self._startup[i]
                 if entry.kind == kind and _fits(entry, like):
@@ -193,7 +206,7 @@ def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
                               "BackupAndRestore or CheckpointManager.save() before the failure)")
         else:
             assert snap.mark is not None
-            since = min(since, snap.mark)
+            since = min(since, snap.seq)
             state.update(mark=snap.mark, snap_seq=snap.seq, startup=_entries_state(log.startup),
                          snapshot=torch.frombuffer(bytearray(snap.data), dtype=torch.uint8))
     state["entries"] = _entries_state(log.entries_between(since, until))
