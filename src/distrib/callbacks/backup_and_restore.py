@@ -44,7 +44,7 @@ from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
-from distrib.elastic.replica_state import ReplicaState
+from distrib.checkpoint.replica_state import ReplicaState
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy

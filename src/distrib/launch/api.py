@@ -147,7 +147,7 @@ def launch(
         node_rank: this node's index in ``hosts``.
         master_port: first port of a multi-node cluster (the chief's).
         elastic: a failed training task other than the chief is started again
-            alone and catches up from the survivors (`distrib.elastic`; sets
+            alone and catches up from the survivors (`distrib.comm.elastic`; sets
             ``DISTRIB_ELASTIC=1`` in every task); each replacement uses one of
             ``max_restarts``. A lost chief still restarts the whole group.
 

@@ -16,7 +16,7 @@ that ends the attempt:
 
 Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
 other than the chief that fails is started again alone, as a replacement
-(``DISTRIB_ELASTIC_JOIN=1``) that joins the survivors (`distrib.elastic`),
+(``DISTRIB_ELASTIC_JOIN=1``) that joins the survivors (`distrib.comm.elastic`),
 while replacements are left and the chief still runs; otherwise the attempt
 fails as above (the whole group restarts from the last checkpoint).
 

@@ -224,10 +224,10 @@ def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.d
     if replicas.rank is None or replicas.world_size <= 1:
         return replicas, LocalCollective()
     from distrib.comm.torch_collective import TorchCollective
-    from distrib.elastic import elastic_enabled
+    from distrib.comm.elastic import elastic_enabled
 
     if elastic_enabled():
-        from distrib.elastic.collective import ElasticCollective as connector
+        from distrib.comm.elastic.collective import ElasticCollective as connector
     else:
         connector = TorchCollective
     _CONNECTED[key] = (replicas, connector.connect(replicas, options, replicas.device))

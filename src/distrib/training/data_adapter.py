@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from distrib.comm.collective import ReduceOp
-from distrib.elastic import elastic_enabled
+from distrib.comm.elastic import elastic_enabled
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,8 +1,8 @@
 """`ElasticCollective`: a `TorchCollective` whose survivors outlive a lost task.
 
-Every collective is numbered and its result logged (`distrib.elastic.oplog`).
+Every collective is numbered and its result logged (`distrib.comm.elastic.oplog`).
 When one fails, this task does not raise: it enters recovery
-(`distrib.elastic.recovery`), which forms a new generation with the other
+(`distrib.comm.elastic.recovery`), which forms a new generation with the other
 survivors and a replacement the launcher started, rebuilds the process
 groups, and ships the leader's in-memory snapshot and log to whoever needs
 them. Then the failed collective is issued again on the new groups: the
@@ -36,8 +36,8 @@ from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
 from distrib.comm.health import HealthMonitor
 from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
-from distrib.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
-from distrib.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
+from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
+from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
@@ -252,10 +252,10 @@ class ElasticCollective(TorchCollective):
         return collective
 
 
-_HERE = (os.path.join("distrib", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
+_HERE = (os.path.join("distrib", "comm", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
 
 
-def _call_site(depth: int = 8) -> str:
+def _call_site(depth: int = 4) -> str:
     """Where the program issued this collective: the first ``depth`` frames outside the collectives.
 
     A replacement replays the same code, so an entry's site tells the

@@ -24,12 +24,12 @@ is 42; the leader failed at seq 57)::
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.errors import DistribError
 
 __all__ = ["Entry", "Snapshot", "OpLog", "Replay", "ReplayMismatchError", "encode_payload", "decode_payload"]
@@ -183,43 +183,110 @@ def _fits(entry: Entry, like: Optional[torch.Tensor]) -> bool:
     return entry.outputs[0].shape == like.shape and entry.outputs[0].dtype == like.dtype
 
 
-def _entries_state(entries: List[Entry]) -> List[Dict[str, Any]]:
-    return [{"seq": e.seq, "kind": e.kind, "outputs": list(e.outputs)} for e in entries]
+_MAGIC = b"distrib-elastic-1\n"
+_DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8,
+                               torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)}
 
 
-def _entries_from(state: Any) -> List[Entry]:
-    return [Entry(int(e["seq"]), str(e["kind"]), list(e["outputs"])) for e in state]
+class _Writer:
+    def __init__(self) -> None:
+        self.parts: List[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> List[int]:
+        self.parts.append(data)
+        self.size += len(data)
+        return [self.size - len(data), len(data)]
+
+    def entries(self, entries: List[Entry]) -> List[Dict[str, Any]]:
+        out = []
+        for e in entries:
+            tensors = []
+            for t in e.outputs:
+                t = t.detach().cpu().contiguous()
+                span = self.add(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                tensors.append({"dtype": str(t.dtype), "shape": list(t.shape), "span": span})
+            out.append({"seq": e.seq, "kind": e.kind, "outputs": tensors})
+        return out
 
 
 def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
     """What the leader sends: entries from ``since`` to ``until`` and, for a replacement, snapshot and startup.
 
-    Raises:
-        ReplayMismatchError: a replacement is needed but no kept snapshot can reach ``until``.
+    The format is a JSON header plus raw tensor bytes: nothing in it is ever unpickled.
     """
-    state: Dict[str, Any] = {"until": until, "error": None, "mark": None, "snap_seq": None,
-                             "snapshot": torch.zeros(0, dtype=torch.uint8), "startup": []}
+    writer = _Writer()
+    header: Dict[str, Any] = {"until": until, "error": None, "mark": None, "snap_seq": None, "snapshot": None,
+                              "startup": []}
     if replace:
         snap = log.catch_up_snapshot(until)
         if snap is None or log.first_mark is None:
-            state["error"] = ("no in-memory snapshot to start a replacement from (elastic recovery needs a "
-                              "BackupAndRestore or CheckpointManager.save() before the failure)")
+            header["error"] = ("no in-memory snapshot to start a replacement from (elastic recovery needs a "
+                               "BackupAndRestore or CheckpointManager.save() before the failure)")
         else:
-            assert snap.mark is not None
             since = min(since, snap.seq)
-            state.update(mark=snap.mark, snap_seq=snap.seq, startup=_entries_state(log.startup),
-                         snapshot=torch.frombuffer(bytearray(snap.data), dtype=torch.uint8))
-    state["entries"] = _entries_state(log.entries_between(since, until))
-    return dumps_state(state)
+            header.update(mark=snap.mark, snap_seq=snap.seq, snapshot=writer.add(snap.data),
+                          startup=writer.entries(log.startup))
+    header["entries"] = writer.entries(log.entries_between(since, until))
+    head = json.dumps(header).encode()
+    return _MAGIC + len(head).to_bytes(8, "big") + head + b"".join(writer.parts)
 
 
 def decode_payload(data: bytes) -> Dict[str, Any]:
-    """The leader's payload (safe format: never unpickled)."""
-    state = loads_state(data, name="elastic recovery payload")
-    if not isinstance(state, dict) or "until" not in state:
-        raise ReplayMismatchError("elastic recovery payload: not a payload written by distrib")
-    state["startup"] = _entries_from(state.get("startup") or [])
-    state["entries"] = _entries_from(state.get("entries") or [])
-    snapshot = state.get("snapshot")
-    state["snapshot"] = bytes(snapshot.numpy().tobytes()) if isinstance(snapshot, torch.Tensor) else b""
-    return state
+    """The leader's payload, checked: a malformed one raises `ReplayMismatchError` naming what is wrong."""
+    try:
+        if not data.startswith(_MAGIC):
+            raise ValueError("it does not start with distrib's marker")
+        at = len(_MAGIC)
+        size = int.from_bytes(data[at:at + 8], "big")
+        if size > len(data) - at - 8:
+            raise ValueError("its header claims more bytes than were sent")
+        header = json.loads(data[at + 8:at + 8 + size].decode())
+        blob = memoryview(data)[at + 8 + size:]
+        if not isinstance(header, dict):
+            raise ValueError("its header is not an object")
+        snapshot = header.get("snapshot")
+        return {"until": _int(header.get("until")), "error": header.get("error"),
+                "mark": None if header.get("mark") is None else _int(header["mark"]),
+                "snap_seq": None if header.get("snap_seq") is None else _int(header["snap_seq"]),
+                "snapshot": b"" if snapshot is None else bytes(_span(blob, snapshot)),
+                "startup": _read_entries(header.get("startup"), blob),
+                "entries": _read_entries(header.get("entries"), blob)}
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        raise ReplayMismatchError(f"elastic recovery payload is malformed: {exc}") from None
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _span(blob: memoryview, span: Any) -> memoryview:
+    if not isinstance(span, list) or len(span) != 2:
+        raise ValueError("a byte range is not [offset, length]")
+    start, length = _int(span[0]), _int(span[1])
+    if start + length > len(blob):
+        raise ValueError("a byte range lies outside the payload")
+    return blob[start:start + length]
+
+
+def _read_entries(items: Any, blob: memoryview) -> List[Entry]:
+    if not isinstance(items, list):
+        raise ValueError("its entries are not a list")
+    entries = []
+    for item in items:
+        outputs = []
+        for t in item["outputs"]:
+            dtype = _DTYPES[t["dtype"]]
+            shape = [_int(n) for n in t["shape"]]
+            raw = _span(blob, t["span"])
+            count = 1
+            for n in shape:
+                count *= n
+            if len(raw) != count * torch.empty(0, dtype=dtype).element_size():
+                raise ValueError(f"a {t['dtype']} tensor of shape {shape} does not hold {len(raw)} bytes")
+            flat = torch.frombuffer(bytearray(raw), dtype=dtype) if count else torch.empty(0, dtype=dtype)
+            outputs.append(flat.reshape(shape))
+        entries.append(Entry(_int(item["seq"]), str(item["kind"]), outputs))
+    return entries

@@ -9,7 +9,7 @@ collective, the launcher starts only the lost task again, and that
 replacement re-executes from a survivor's snapshot with every collective
 answered from the survivor's log until it stands where the survivors wait.
 The final weights are those of a run that never failed. See
-``docs/elastic.md``, `distrib.elastic.collective` and `distrib.elastic.recovery`.
+``docs/elastic.md``, `distrib.comm.elastic.collective` and `distrib.comm.elastic.recovery`.
 
 Example:
     >>> elastic_enabled({"DISTRIB_ELASTIC": "1"})
