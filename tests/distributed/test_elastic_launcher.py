@@ -1,0 +1,74 @@
+"""``distrib launch --elastic``: a lost worker is started again alone; the chief's loss restarts everything.
+
+The task scripts are tiny plain-Python files (no torch); a task that must
+wait for another polls for its file with a deadline.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from distrib.launch import launch
+from distrib.launch.cli import parse_args
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
+
+SCRIPT = '''
+import json, os, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+name = f"{task['type']}-{task['index']}"
+out, failing = sys.argv[1], sys.argv[2]
+joined = os.environ.get("DISTRIB_ELASTIC_JOIN") == "1"
+assert os.environ.get("DISTRIB_ELASTIC") == "1"
+attempt = os.environ["DISTRIB_RESTART_COUNT"]
+with open(os.path.join(out, f"{name}-attempt{attempt}-{'join' if joined else 'start'}-{os.getpid()}"), "w"):
+    pass
+if name == failing and attempt == "0" and not joined:
+    sys.exit(3)
+if name == "worker-1" and failing == "worker-1-twice":
+    sys.exit(3)
+if name == "worker-0" and failing == "worker-1":  # the chief outlives the loss: it waits for the replacement
+    deadline = time.monotonic() + 60
+    while not any("join" in f for f in os.listdir(out)):  # poll
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.02)  # poll
+'''
+
+
+def _launch(write_script, tmp_path, failing, max_restarts=2):
+    script = write_script("task.py", SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = launch(str(script), [str(out), failing], workers=3, elastic=True, max_restarts=max_restarts,
+                    output="capture", timeout=90, grace_seconds=2)
+    return result, sorted(f.rsplit("-", 1)[0] for f in os.listdir(out))
+
+
+def test_a_lost_worker_is_replaced_alone(write_script, tmp_path):
+    result, started = _launch(write_script, tmp_path, "worker-1")
+    assert result.returncode == 0, result.output
+    assert (result.replacements, result.restarts) == (1, 0)
+    assert started == ["worker-0-attempt0-start", "worker-1-attempt0-join", "worker-1-attempt0-start",
+                       "worker-2-attempt0-start"]
+    assert "worker 1 failed with exit code 3; starting a replacement for it alone" in result.output
+
+
+def test_a_lost_chief_restarts_the_whole_job(write_script, tmp_path):
+    result, started = _launch(write_script, tmp_path, "worker-0")
+    assert result.returncode == 0, result.output
+    assert (result.replacements, result.restarts) == (0, 1)
+    assert "worker-0-attempt1-start" in started and not any("join" in s for s in started)
+
+
+def test_replacements_count_against_max_restarts(write_script, tmp_path):
+    result, started = _launch(write_script, tmp_path, "worker-1-twice", max_restarts=1)
+    assert result.returncode == 1
+    assert result.replacements == 1 and started.count("worker-1-attempt0-join") == 1
+    assert "giving up" in result.output
+
+
+def test_the_cli_flag():
+    assert parse_args(["launch", "--workers", "2", "--elastic", "--max-restarts", "3", "t.py"]).elastic
+    assert not parse_args(["launch", "t.py"]).elastic
