@@ -28,7 +28,7 @@ if name == failing and attempt == "0" and not joined:
     sys.exit(3)
 if name == "worker-1" and failing == "worker-1-twice":
     sys.exit(3)
-if name == "worker-0" and failing == "worker-1":  # the chief outlives the loss: it waits for the replacement
+if name == "worker-0" and failing.startswith("worker-1"):  # the chief outlives the loss: it waits for the replacement
     deadline = time.monotonic() + 60
     while not any("join" in f for f in os.listdir(out)):  # poll
         if time.monotonic() > deadline:

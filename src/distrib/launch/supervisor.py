@@ -224,8 +224,8 @@ class TaskGroup:
         spec = task.launch.spec
         chief = self._chief_index()
         if (self.replacements_left <= 0 or task.returncode == RESTART_EXIT_CODE or not spec.is_training
-                or index == chief or chief is None or not self._tasks[chief].running):
-            return False
+                or index == chief or (chief is not None and not self._tasks[chief].running)):
+            return False  # (on a node without the chief, a replacement finds out whether the chief lives)
         self.replacements_left -= 1
         why = f"{spec.name} {describe_returncode(task.returncode)}"
         self.replaced.append(why)
@@ -240,6 +240,7 @@ class TaskGroup:
         return True
 
     def _chief_index(self) -> Optional[int]:
+        """The chief's index in this group, None when it runs on another node."""
         specs = [t.launch.spec for t in self._tasks]
         for i, spec in enumerate(specs):
             if spec.task_type == "chief":
