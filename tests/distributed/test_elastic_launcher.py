@@ -25,10 +25,12 @@ attempt = os.environ["DISTRIB_RESTART_COUNT"]
 with open(os.path.join(out, f"{name}-attempt{attempt}-{'join' if joined else 'start'}-{os.getpid()}"), "w"):
     pass
 if name == failing and attempt == "0" and not joined:
-    sys.exit(3)
+    os.kill(os.getpid(), 9)
 if name == "worker-1" and failing == "worker-1-twice":
+    os.kill(os.getpid(), 9)
+if name == "worker-1" and failing == "worker-1-error" and attempt == "0":
     sys.exit(3)
-if name == "worker-0" and failing.startswith("worker-1"):  # the chief outlives the loss: it waits for the replacement
+if name == "worker-0" and failing in ("worker-1", "worker-1-twice"):  # the chief outlives the loss: it waits for the replacement
     deadline = time.monotonic() + 60
     while not any("join" in f for f in os.listdir(out)):  # poll
         if time.monotonic() > deadline:
@@ -52,7 +54,7 @@ def test_a_lost_worker_is_replaced_alone(write_script, tmp_path):
     assert (result.replacements, result.restarts) == (1, 0)
     assert started == ["worker-0-attempt0-start", "worker-1-attempt0-join", "worker-1-attempt0-start",
                        "worker-2-attempt0-start"]
-    assert "worker 1 failed with exit code 3; starting a replacement for it alone" in result.output
+    assert "worker 1 was killed by SIGKILL; starting a replacement for it alone" in result.output
 
 
 def test_a_lost_chief_restarts_the_whole_job(write_script, tmp_path):
@@ -67,6 +69,13 @@ def test_replacements_count_against_max_restarts(write_script, tmp_path):
     assert result.returncode == 1
     assert result.replacements == 1 and started.count("worker-1-attempt0-join") == 1
     assert "giving up" in result.output
+
+
+def test_an_error_exit_restarts_the_whole_job_it_would_recur_in_a_replacement(write_script, tmp_path):
+    result, started = _launch(write_script, tmp_path, "worker-1-error")
+    assert result.returncode == 0, result.output
+    assert (result.replacements, result.restarts) == (0, 1)
+    assert not any("join" in s for s in started)
 
 
 def test_the_cli_flag():

@@ -15,7 +15,8 @@ that ends the attempt:
 * the deadline passes -> ``timeout``; the launcher gets a signal -> ``signal``.
 
 Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
-other than the chief that fails is started again alone, as a replacement
+other than the chief that is killed by a signal (SIGKILL, the OOM killer; not
+an error exit, which would recur) is started again alone, as a replacement
 (``DISTRIB_ELASTIC_JOIN=1``) that joins the survivors (`distrib.comm.elastic`),
 while replacements are left and the chief still runs; otherwise the attempt
 fails as above (the whole group restarts from the last checkpoint).
@@ -223,7 +224,8 @@ class TaskGroup:
         task = self._tasks[index]
         spec = task.launch.spec
         chief = self._chief_index()
-        if (self.replacements_left <= 0 or task.returncode == RESTART_EXIT_CODE or not spec.is_training
+        killed = task.returncode is not None and task.returncode < 0  # an error would recur in a replacement
+        if (self.replacements_left <= 0 or not killed or not spec.is_training
                 or index == chief or (chief is not None and not self._tasks[chief].running)):
             return False  # (on a node without the chief, a replacement finds out whether the chief lives)
         self.replacements_left -= 1

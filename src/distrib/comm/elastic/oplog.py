@@ -152,19 +152,14 @@ class Replay:
     def take(self, log: OpLog, kind: str, like: Optional[torch.Tensor]) -> Entry:
         """The logged result of this replica's next collective (``log.seq`` is set to its number)."""
         if self.in_startup:
+            found = None
             if self.restored:  # after the restore: first what followed the snapshot, then the start-up
-                for i in range(self._tail_cursor, len(self._tail)):
-                    entry = self._tail[i]
-                    if entry.kind == kind and _fits(entry, like):
-                        self._tail_cursor = i + 1
-                        log.seq = entry.seq
-                        return entry
-            for i in range(self._cursor, len(self._startup)):
-                entry = self._startup[i]
-                if entry.kind == kind and _fits(entry, like):
-                    self._cursor = i + 1
-                    log.seq = entry.seq
-                    return entry
+                found, self._tail_cursor = _search(self._tail, self._tail_cursor, kind, like)
+            if found is None:
+                found, self._cursor = _search(self._startup, self._cursor, kind, like)
+            if found is not None:
+                log.seq = found.seq
+                return found
             raise ReplayMismatchError(
                 f"elastic start-up: this replacement issued {kind} which the survivors' start-up never "
                 f"did; the program does not run the same collectives on every replica")
@@ -175,6 +170,14 @@ class Replay:
                 f"elastic catch-up: collective #{log.seq} is {kind} here but {had} in the survivors' log; "
                 f"the program does not run the same collectives on every replica")
         return entry
+
+
+def _search(entries: List[Entry], start: int, kind: str, like: Optional[torch.Tensor]) -> "tuple[Optional[Entry], int]":
+    """The first entry from ``start`` on that ``kind``/``like`` fits, and the cursor past it (else ``start``)."""
+    for i in range(start, len(entries)):
+        if entries[i].kind == kind and _fits(entries[i], like):
+            return entries[i], i + 1
+    return None, start
 
 
 def _fits(entry: Entry, like: Optional[torch.Tensor]) -> bool:
