@@ -1,0 +1,91 @@
+"""Elastic recovery across namespace hosts: each node's ``distrib launch --elastic`` replaces its own lost task.
+
+Two hosts (`distrib.testing.netns`), one worker each; the worker on host 1 is
+SIGKILLed at a step; host 1's launcher starts it again alone, it joins the
+chief on host 0 over the network and catches up from the chief's snapshot;
+both end with the weights of the same job run without a fault.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distrib.checkpoint.format import load_state
+from distrib.testing.netns import NamespaceHosts, namespaces_available
+
+_REASON = namespaces_available()
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.skipif(_REASON is not None, reason=f"namespace hosts: {_REASON}")]
+MASTER_PORT = 29400  # fresh namespaces: nothing else listens there
+
+SCRIPT = '''
+import os, signal, sys
+import numpy as np
+import torch
+import distrib
+from distrib.callbacks.backup_and_restore import BackupAndRestore
+from distrib.callbacks.callback import Callback
+from distrib.checkpoint import save_state
+
+out_dir, fault_step = sys.argv[1], int(sys.argv[2])
+torch.set_num_threads(1)
+strategy = distrib.MultiWorkerMirroredStrategy()
+rank = strategy.replica_id
+armed = rank == 1 and os.environ.get("DISTRIB_ELASTIC_JOIN") != "1"
+with strategy.scope():
+    torch.manual_seed(0)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Dropout(0.2), torch.nn.ReLU(),
+                                              torch.nn.Linear(16, 1)))
+    model.compile(optimizer="adam", loss="mse")
+
+
+class Fault(Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if armed and model.train_loop_state.global_step == fault_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+rs = np.random.RandomState(0)
+x = rs.randn(128, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+model.fit(x, y, batch_size=16, epochs=2, shuffle=True, verbose=0,
+          callbacks=[BackupAndRestore(os.path.join(out_dir, "backup"), save_freq=4), Fault()])
+save_state(model.module.state_dict(), os.path.join(out_dir, f"final-{rank}.safetensors"))
+'''
+
+
+def _job(tmp_path, name: str, fault_step: int):
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", DISTRIB_JOB_SECRET="elastic-multihost-test")
+    with NamespaceHosts(2) as hosts:
+        addresses = ",".join(hosts.address(k) for k in range(2))
+        procs = [hosts.popen(i, [sys.executable, "-m", "distrib", "launch", "--hosts", addresses, "--node-rank",
+                                 str(i), "--master-port", str(MASTER_PORT), "--elastic", "--max-restarts", "1",
+                                 "--timeout", "400", "--grace-seconds", "2", str(script), str(out),
+                                 str(fault_step)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                 for i in range(2)]
+        outputs = []
+        for proc in procs:
+            try:
+                outputs.append(proc.communicate(timeout=450)[0])
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                outputs.append(proc.communicate()[0] + "\n<<test: launcher killed after its timeout>>")
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+    return outputs, [load_state(str(out / f"final-{r}.safetensors")) for r in range(2)]
+
+
+def test_a_worker_killed_on_another_host_is_replaced_there_and_catches_up(tmp_path):
+    _, reference = _job(tmp_path, "reference", -1)
+    outputs, finals = _job(tmp_path, "faulty", 5)
+    assert "worker 1 was killed by SIGKILL; starting a replacement for it alone" in outputs[1], outputs[1][-3000:]
+    assert "generation 1 formed" in outputs[0], outputs[0][-3000:]
+    for weights in finals:
+        assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
