@@ -23,15 +23,14 @@ import numpy as np
 import torch
 from torch.utils import data as tud
 
-from distrib.data.blocks import LazyBatch, ListBlock, MapStyleTable, Table, TensorTable
+from distrib.data.blocks import LazyBatch, ListBlock, Table, table_for
 from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN, Options
 from distrib.data.sources import ElementsIterator, IterableDataset, TableDataset
 from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
 from distrib.data.structure import to_structure
 
-__all__ = ["as_dataset", "as_distributable", "as_local", "LoaderBatchesDataset", "LoaderIterableDataset",
-           "table_for"]
+__all__ = ["as_dataset", "as_distributable", "as_local", "LoaderBatchesDataset", "LoaderIterableDataset"]
 
 _GLOBAL_RNG = threading.Lock()  # the global RNG is borrowed to run samplers under an agreed seed
 
@@ -91,13 +90,6 @@ def as_local(obj: Any) -> Dataset:
     return as_dataset(obj)
 
 
-def table_for(dataset: Any, collate: Any = None) -> Table:
-    """A table over a torch map-style dataset (direct tensor indexing for a ``TensorDataset``)."""
-    if isinstance(dataset, tud.TensorDataset) and collate is None:
-        return TensorTable(tuple(dataset.tensors))
-    return MapStyleTable(dataset, collate)
-
-
 def _custom_collate(loader: tud.DataLoader) -> Any:
     from torch.utils.data._utils.collate import default_collate
 
@@ -113,7 +105,8 @@ class LoaderBatchesDataset(Dataset):
 
     def __init__(self, loader: tud.DataLoader) -> None:
         self._loader = loader
-        self._table = table_for(loader.dataset, _custom_collate(loader))
+        collate = _custom_collate(loader)
+        self._table = table_for(loader.dataset, collate)
         self._seed = default_seed()
 
     def _cardinality(self) -> int:

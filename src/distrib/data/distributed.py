@@ -71,8 +71,8 @@ def distribute_dataset(strategy: InputHost, dataset: Any, options: Any = None) -
             objects (tf.distribute.InputOptions-like) are accepted and ignored.
     """
     placement = strategy.input_placement()
-    mine, sharding = shard(as_distributable(dataset, options), placement.num_input_pipelines,
-                           placement.input_pipeline_id)
+    whole = as_distributable(dataset, options)
+    mine, sharding = shard(whole, placement.num_input_pipelines, placement.input_pipeline_id)
     return DistributedDataset(strategy, mine, sharding, _agreed_seed(strategy))
 
 

@@ -231,6 +231,16 @@ class DistributedIterator:
         return self._source.element_spec
 
     @property
+    def ending(self) -> Ending:
+        """How this pass ends (agreed by every worker)."""
+        return self._ending
+
+    @property
+    def phase(self) -> Phase:
+        """Where this replica is in the pass."""
+        return self._phase
+
+    @property
     def finished(self) -> bool:
         """True once the pass has ended on every worker."""
         return self._phase is Phase.FINISHED

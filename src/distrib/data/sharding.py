@@ -48,9 +48,10 @@ class Sharding(enum.Enum):
 
 def shard(dataset: Dataset, num_workers: int, worker: int) -> Tuple[Dataset, Sharding]:
     """``(the pipeline worker ``worker`` of ``num_workers`` reads, its Sharding)`` under the dataset's options."""
-    policy = resolve_policy(dataset, num_workers, dataset.options().distribute.auto_shard_policy)
+    files = file_sources(dataset)
+    policy = resolve_policy(files, num_workers, dataset.options().distribute.auto_shard_policy)
     if policy == AutoShardPolicy.FILE:
-        return shard_files(dataset, num_workers, worker), Sharding.FILE
+        return shard_files(dataset, files[0], num_workers, worker), Sharding.FILE
     return dataset, Sharding.OFF if policy == AutoShardPolicy.OFF else Sharding.DATA
 
 
@@ -59,13 +60,13 @@ def file_sources(dataset: Dataset) -> List[FilesDataset]:
     return [node for node in walk(dataset) if isinstance(node, FilesDataset)]
 
 
-def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) -> AutoShardPolicy:
-    """The policy to apply (never AUTO); an error when FILE cannot be honoured.
+def resolve_policy(files: List[FilesDataset], num_workers: int, policy: AutoShardPolicy) -> AutoShardPolicy:
+    """The policy to apply (never AUTO) to a pipeline reading ``files``; an error when FILE cannot be honoured.
 
-    ``num_workers`` counts input pipelines (worker tasks), not replicas. With
-    one, FILE on a pipeline without files reads everything (OFF), as in TF.
+    ``files`` are the pipeline's `file_sources`. ``num_workers`` counts input
+    pipelines (worker tasks), not replicas. With one, FILE on a pipeline
+    without files reads everything (OFF), as in TF.
     """
-    files = file_sources(dataset)
     if policy == AutoShardPolicy.AUTO:
         if len(files) == 1 and len(files[0].paths) >= num_workers:
             _log.debug("auto_shard_policy AUTO: sharding by FILE (%d files over %d workers)",
@@ -92,9 +93,8 @@ def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) 
     return policy
 
 
-def shard_files(dataset: Dataset, num_workers: int, worker: int) -> Dataset:
-    """The pipeline reading only worker ``worker``'s files (``paths[worker::num_workers]``)."""
-    source = file_sources(dataset)[0]
+def shard_files(dataset: Dataset, source: FilesDataset, num_workers: int, worker: int) -> Dataset:
+    """The pipeline reading only worker ``worker``'s files of ``source`` (``paths[worker::num_workers]``)."""
     mine = source.with_paths(source.paths[worker::num_workers])
 
     def rewrite(node: Dataset) -> Dataset:
