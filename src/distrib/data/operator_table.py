@@ -15,9 +15,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable
 
-__all__ = ["bind", "operator"]
+from distrib.errors import DistribError
+
+__all__ = ["bind", "operator", "UnboundOperatorError"]
 
 _OPERATORS: Dict[str, Callable[..., Any]] = {}
+
+
+class UnboundOperatorError(DistribError, LookupError):
+    """A `Dataset` method's implementation was never bound (``distrib.data`` not imported)."""
 
 
 def bind(implementations: Iterable[Callable[..., Any]]) -> None:
@@ -31,5 +37,5 @@ def operator(name: str) -> Callable[..., Any]:
     try:
         return _OPERATORS[name]
     except KeyError:
-        raise LookupError(f"no dataset operator {name!r} is bound: import distrib.data (its catalog "
+        raise UnboundOperatorError(f"no dataset operator {name!r} is bound: import distrib.data (its catalog "
                           f"binds them) before building pipelines") from None

@@ -151,7 +151,6 @@ class DataHandler:
         self._distributed_dataset().load_state_dict(state)
 
 
-
 class StepIterator:
     """Yields ``(replica_batch, global_batch_size)`` from a distributed iterator (class weights applied)."""
 
