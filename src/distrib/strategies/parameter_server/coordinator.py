@@ -33,6 +33,7 @@ from distrib.strategies.parameter_server.dispatch import Closure, Dispatcher
 from distrib.strategies.parameter_server.errors import CancelledError, UnavailableError
 from distrib.strategies.parameter_server.pickling import hyper_parameters
 from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerIterator, PerWorkerValues, RemoteValue
+from distrib.strategies.parameter_server.worker import refresh_variables
 from distrib.utils.nest import map_structure
 
 __all__ = ["ClusterCoordinator", "RemoteValue", "PerWorkerValues", "PerWorkerDataset", "PerWorkerIterator",
@@ -100,6 +101,21 @@ class ClusterCoordinator:
         closure = Closure(payload, keys, hyper)
         self._dispatcher.submit(closure)
         return closure.value
+
+    def share(self, *objects: Any) -> None:
+        """Create on the cluster now the variables, modules, optimizers and metrics ``objects`` use.
+
+        Scheduling does this on first use; `Model.fit` does it before its
+        callbacks run, so that restoring a backup (``optimizer.load_state_dict``)
+        reaches the optimizer's state on the ps tasks.
+        """
+        s = self._strategy
+        with self._lock:
+            s._place_pending()
+            for obj in objects:
+                s._exporter.export_value(obj)
+
+    between_steps = staticmethod(refresh_variables)
 
     def join(self) -> None:
         """Wait until every scheduled function has finished; raise the first error, if any."""

@@ -230,7 +230,7 @@ class ParameterServerStrategy(Strategy):
         return gather_values(self._collective, self.comm_device, value, axis)
 
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
-        return self._own_results(value)
+        return self.own_results(value)
 
     # ---------------------------------------------------------- variables
     def _require_chief(self, what: str) -> VariableRegistry:
@@ -255,6 +255,16 @@ class ParameterServerStrategy(Strategy):
 
     def _place_pending(self) -> None:
         self._require_chief("schedule").place_pending()
+
+    # ---------------------------------------------------------- execution
+    def step_scheduler(self) -> Any:
+        """On the chief, the `ClusterCoordinator`: `Model.fit` schedules its steps on the workers.
+        Elsewhere (an evaluator) None: steps run in this process."""
+        if self._runtime is None:
+            return None
+        from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
+
+        return ClusterCoordinator(self)
 
     # ---------------------------------------------------------- exporting
     def _classify(self, obj: Any) -> Optional[str]:
