@@ -182,6 +182,25 @@ def test_scheduled_fit_warns_and_stops_when_a_worker_runs_out_of_data():
     assert history.epoch == [0, 1] and model.train_loop_state.global_step == 5
 
 
+class CountingModel(distrib.Model):
+    """A subclass's train_step: scheduled steps run it too (the model travels with each function)."""
+
+    def train_step(self, data, global_batch_size):
+        self.module.seen += 1          # a buffer: the module is shared, its buffers come back
+        return super().train_step(data, global_batch_size)
+
+
+def test_scheduled_steps_run_a_model_subclass_train_step():
+    strategy = InlineScheduledStrategy()
+    with strategy.scope():
+        module = torch.nn.Linear(4, 1)
+        module.register_buffer("seen", torch.zeros(()))
+        model = CountingModel(module)
+        model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    model.fit(per_worker_batches, epochs=2, steps_per_epoch=3, verbose=0)
+    assert int(module.seen) == 6 and strategy.scheduler.scheduled == 4
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_multi_worker_mirrored_and_parameter_server_show_callbacks_the_same_run(tmp_path):

@@ -140,7 +140,7 @@ class ClusterCoordinator:
         ``input_pipeline_id`` = that worker's index, so it can shard.
         """
         recipe = ("call", dataset_fn) if callable(dataset_fn) else ("value", dataset_fn)
-        return PerWorkerDataset._from_recipe(recipe)
+        return PerWorkerDataset.from_recipe(recipe)
 
     @property
     def lost_workers(self) -> Dict[int, str]:

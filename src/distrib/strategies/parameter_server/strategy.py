@@ -253,6 +253,11 @@ class ParameterServerStrategy(Strategy):
         self._require_chief("ps_inventory")
         return self._runtime.call(TaskInfo("ps", ps_id), ps_server.inventory)
 
+    def channel_address(self, task_type: str, task_id: int = 0) -> str:
+        """``host:port`` of a task's authenticated gRPC server (the port it chose at start-up)."""
+        self._require_chief("channel_address")
+        return self._runtime.channel_address(TaskInfo(task_type, task_id))
+
     def _place_pending(self) -> None:
         self._require_chief("schedule").place_pending()
 

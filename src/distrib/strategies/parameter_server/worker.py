@@ -35,7 +35,7 @@ from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
 
-__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables"]
+__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables", "error_reply"]
 
 _STATE: List["WorkerState"] = []
 
@@ -137,13 +137,13 @@ class WorkerState:
         except UnavailableError as exc:
             if (exc.task or "").startswith("ps"):
                 return ("ps", str(exc), exc.task)
-            return _error_reply(exc)
+            return error_reply(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the chief
-            return _error_reply(exc)
+            return error_reply(exc)
         try:
             ps_wire.encode(result)
         except ps_wire.WireFormatError as exc:
-            return _error_reply(TypeError(f"the scheduled function's return value could not be sent to the "
+            return error_reply(TypeError(f"the scheduled function's return value could not be sent to the "
                                           f"chief ({exc}); return tensors, numbers, strings or lists, "
                                           f"tuples and dicts of them"))
         return ("ok", result, deltas)
@@ -153,7 +153,7 @@ def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def _error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
+def error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
     """The exception by class name and arguments (the chief rebuilds it), and its traceback text."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
