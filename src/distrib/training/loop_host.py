@@ -2,7 +2,8 @@
 
 `distrib.training.loop.TrainingLoop` is the one implementation; the modules
 that run its epochs (`fit_loop`, `eval_loop`) and execute its steps
-(`local_executor`, `scheduled_executor`) see it through this protocol, so
+(`local_executor`, `scheduled_executor`), and the step functions and state
+helpers it calls (`steps`, `model_state`), see it through this protocol, so
 they need not import the loop that imports them.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from distrib.strategies.interface import Strategy
-    from distrib.training.compile_config import CompiledMetrics
+    from distrib.training.compile_config import CompiledLoss, CompiledMetrics
     from distrib.training.loop_state import TrainLoopState
     from distrib.training.loss_tracker import LossTracker
     from distrib.training.step_loop import Phase
@@ -30,6 +31,8 @@ class LoopHost(Protocol):
     owner: Any
     optimizer: Any
     torch_optimizer: Optional["torch.optim.Optimizer"]
+    loss_scale_optimizer: Any
+    compiled_loss: Optional["CompiledLoss"]
     loss_tracker: "LossTracker"
     compiled_metrics: Optional["CompiledMetrics"]
     pending_metric_state: Optional[Dict[str, Any]]
@@ -38,6 +41,10 @@ class LoopHost(Protocol):
     log_every: Optional[int]
     stop_training: bool
     history: Any
+
+    @property
+    def loss(self) -> Any:
+        """The ``loss`` given to ``compile`` (named in error messages)."""
 
     def step_function(self, phase: "Phase") -> Callable[[Any, int], Any]:
         """``step(replica_batch, global_batch_size)`` of ``phase``, run by this process's replica(s)."""

@@ -27,7 +27,7 @@ serve inside the strategy's constructor):
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from distrib.strategies.parameter_server.dispatch import Closure, Dispatcher
 from distrib.strategies.parameter_server.errors import CancelledError, UnavailableError
@@ -35,6 +35,9 @@ from distrib.strategies.parameter_server.pickling import hyper_parameters
 from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerIterator, PerWorkerValues, RemoteValue
 from distrib.strategies.parameter_server.worker import refresh_variables
 from distrib.utils.nest import map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["ClusterCoordinator", "RemoteValue", "PerWorkerValues", "PerWorkerDataset", "PerWorkerIterator",
            "UnavailableError", "CancelledError"]
@@ -56,11 +59,11 @@ class ClusterCoordinator:
     `schedule`, `join` or `done` and by that function's `RemoteValue`.
     """
 
-    def __new__(cls, strategy: Any) -> "ClusterCoordinator":
+    def __new__(cls, strategy: "Strategy") -> "ClusterCoordinator":
         existing = getattr(strategy, "_coordinator", None)
         return existing if isinstance(existing, cls) else super().__new__(cls)
 
-    def __init__(self, strategy: Any) -> None:
+    def __init__(self, strategy: "Strategy") -> None:
         if getattr(strategy, "_coordinator", None) is self:
             return
         from distrib.strategies.parameter_server import ParameterServerStrategy
@@ -77,7 +80,7 @@ class ClusterCoordinator:
         strategy._coordinator = self
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> "Strategy":
         return self._strategy
 
     # ------------------------------------------------------------ schedule

@@ -46,6 +46,7 @@ from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy, StrategyBoundState
+from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
@@ -262,7 +263,7 @@ class ParameterServerStrategy(Strategy):
         self._require_chief("schedule").place_pending()
 
     # ---------------------------------------------------------- execution
-    def step_scheduler(self) -> Any:
+    def step_scheduler(self) -> Optional[StepScheduler]:
         """On the chief, the `ClusterCoordinator`: `Model.fit` schedules its steps on the workers.
         Elsewhere (an evaluator) None: steps run in this process."""
         if self._runtime is None:

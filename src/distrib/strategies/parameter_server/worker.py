@@ -23,7 +23,7 @@ Example (the chief's side of one call):
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -34,6 +34,9 @@ from distrib.strategies.parameter_server.pickling import Importer
 from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables", "error_reply"]
 
@@ -87,7 +90,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
 class WorkerState:
     """Everything a worker keeps between functions."""
 
-    def __init__(self, runtime: Any, strategy: Any, worker_index: int) -> None:
+    def __init__(self, runtime: Any, strategy: "Strategy", worker_index: int) -> None:
         self.runtime = runtime
         self.worker_index = worker_index
         self.importer = Importer(strategy, self._make_optimizer, self._make_per_worker)
@@ -188,7 +191,7 @@ def refresh_variables(tensors: Sequence[torch.Tensor]) -> None:
         imp.params[info.var_id].data = value
 
 
-def serve_worker(runtime: Any, strategy: Any, worker_index: int) -> None:
+def serve_worker(runtime: Any, strategy: "Strategy", worker_index: int) -> None:
     """Serve scheduled functions until the chief's program ends."""
     _STATE.append(WorkerState(runtime, strategy, worker_index))
     runtime.serve()
