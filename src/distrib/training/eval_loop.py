@@ -14,15 +14,14 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List
 
 from distrib.training.loop_host import LoopHost
 from distrib.training.predict_output import assemble, concat, rows_of
 from distrib.training.step_executor import EvalInput, StepExecutor
-from distrib.training.step_loop import PREDICT, TEST, run_steps
-from distrib.training.stop_agreement import reads_batch_logs
+from distrib.training.step_loop import PREDICT, TEST, batch_logs_for, run_steps
 
-__all__ = ["run_evaluation", "run_predict", "batch_logs_for"]
+__all__ = ["run_evaluation", "run_predict"]
 
 Logs = Dict[str, Any]
 
@@ -37,7 +36,9 @@ def run_evaluation(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs:
     try:
         result = run_steps(phase=TEST, callbacks=cbs,
                            execute=lambda n, on_begin: executor.execute(TEST, iterator, n, on_begin),
-                           steps=data.steps, log_every=log_every, batch_logs=batch_logs_for(loop, executor, cbs),
+                           steps=data.steps, log_every=log_every,
+                           batch_logs=batch_logs_for(executor.eager_batch_logs, executor.resolve,
+                                                     loop.compute_logs, cbs.callbacks),
                            steps_per_execution=loop.steps_per_execution)
         executor.resolve()
         logs = dict(result.logs) if result.logs is not None else loop.compute_logs()
@@ -69,15 +70,3 @@ def run_predict(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs: An
     result = assemble(loop.strategy, outputs, [rows_of(y) for y in outputs])
     cbs.on_predict_end()
     return result
-
-
-def batch_logs_for(loop: LoopHost, executor: StepExecutor, cbs: Any) -> Callable[[Any], Optional[Logs]]:
-    """What a due ``on_*_batch_end`` gets: logs where computing them is cheap (steps ran here) or where
-    a callback of the user's reads them (then what runs elsewhere is resolved first); else None."""
-    if not (executor.eager_batch_logs or reads_batch_logs(cbs.callbacks)):
-        return lambda _: None
-
-    def logs(_: Any) -> Logs:
-        executor.resolve()
-        return loop.compute_logs()
-    return logs

@@ -26,11 +26,11 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from distrib.training.eval_loop import batch_logs_for, run_evaluation
+from distrib.training.eval_loop import run_evaluation
 from distrib.training.fit_data import draw_seed, should_validate
 from distrib.training.loop_host import LoopHost
 from distrib.training.step_executor import EpochInput, EvalInput, StepExecutor
-from distrib.training.step_loop import TRAIN, default_log_every, run_steps
+from distrib.training.step_loop import TRAIN, batch_logs_for, default_log_every, run_steps
 from distrib.training.stop_agreement import may_stop_during_epoch
 
 __all__ = ["run_fit"]
@@ -60,13 +60,11 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
         state.shuffle_seed = draw_seed(loop.strategy) if train.needs_seed else 0
     train.set_seed(state.shuffle_seed)
     first_global_step = state.global_step - (start_epoch - initial_epoch) * (steps or 0) - start_step
-    batch_logs = batch_logs_for(loop, executor, cbs)
     logs: Optional[Logs] = None
     for epoch in range(start_epoch, epochs):
         first_step = start_step if epoch == start_epoch else 0
         logs, epoch_steps, out_of_data = _run_epoch(loop, executor, train, cbs, epoch, first_step,
-                                                    restored and epoch == start_epoch, log_every, should_stop,
-                                                    batch_logs)
+                                                    restored and epoch == start_epoch, log_every, should_stop)
         if validation is not None and should_validate(epoch, validation_freq):
             val_logs = run_evaluation(loop, executor, validation, cbs, validation.log_every)
             logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -91,8 +89,8 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
 
 
 def _run_epoch(loop: LoopHost, executor: StepExecutor, train: EpochInput, cbs: Any, epoch: int,
-               first_step: int, restored: bool, log_every: int, should_stop: Callable[[], bool],
-               batch_logs: Callable[[Any], Optional[Logs]]) -> Tuple[Logs, int, bool]:
+               first_step: int, restored: bool, log_every: int,
+               should_stop: Callable[[], bool]) -> Tuple[Logs, int, bool]:
     """One epoch; returns its logs, the steps it ran to and whether its data ran out early."""
     state = loop.train_loop_state
     if not (restored and first_step > 0):
@@ -107,7 +105,9 @@ def _run_epoch(loop: LoopHost, executor: StepExecutor, train: EpochInput, cbs: A
 
     result = run_steps(phase=TRAIN, callbacks=cbs,
                        execute=lambda n, on_begin: executor.execute(TRAIN, iterator, n, on_begin),
-                       steps=train.steps, log_every=log_every, batch_logs=batch_logs, first_step=first_step,
+                       steps=train.steps, log_every=log_every, first_step=first_step,
+                       batch_logs=batch_logs_for(executor.eager_batch_logs, executor.resolve, loop.compute_logs,
+                                                 cbs.callbacks),
                        steps_per_execution=loop.steps_per_execution, after_execution=after_execution,
                        should_stop=should_stop)
     missing = executor.resolve()

@@ -25,8 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from distrib.training.stop_agreement import reads_batch_logs
+
 __all__ = ["Phase", "TRAIN", "TEST", "PREDICT", "Execution", "Execute", "StepLoopResult", "run_steps",
-           "default_log_every"]
+           "batch_logs_for", "default_log_every"]
 
 Logs = Optional[Dict[str, Any]]
 
@@ -113,6 +115,20 @@ def run_steps(*, phase: Phase, callbacks: Any, execute: Execute, steps: Optional
         if exhausted or should_stop():
             break
     return StepLoopResult(step=step, exhausted=exhausted, logs=logs)
+
+
+def batch_logs_for(eager: bool, resolve: Callable[[], int], compute_logs: Callable[[], Dict[str, Any]],
+                   callbacks: Any) -> Callable[[List[Any]], Logs]:
+    """What a due ``on_*_batch_end`` gets: logs where computing them is cheap (``eager``: the steps ran
+    here) or where a callback of the user's has a batch-end hook (then ``resolve()`` first waits for the
+    steps still running elsewhere); else None."""
+    if not (eager or reads_batch_logs(callbacks)):
+        return lambda _: None
+
+    def logs(_: List[Any]) -> Logs:
+        resolve()
+        return compute_logs()
+    return logs
 
 
 def default_log_every(steps: Optional[int]) -> int:

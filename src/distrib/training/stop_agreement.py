@@ -1,4 +1,6 @@
-"""When `fit` agrees ``stop_training`` across workers: after every step, or only at epoch ends.
+"""Which of the user's code runs during an epoch: when `fit` agrees ``stop_training``, and who reads batch logs.
+
+`fit` agrees ``stop_training`` across workers after every step, or only at epoch ends.
 
 Every worker must stop at the same step, and a flag set on one worker alone
 must stop them all. distrib's own callbacks decide from global logs, so they
