@@ -11,7 +11,7 @@ Every strategy trains through the same loop: `fit` runs its epochs with
 with `distrib.training.eval_loop.run_evaluation`, `predict` with
 `run_predict`, all over `distrib.training.step_loop.run_steps`. What a
 strategy changes is how a step executes, through the step-executor contract
-(`distrib.training.step_executor`) chosen by `executor_for`: replicated
+(`distrib.training.step_executor`, chosen by its `executor_for`): replicated
 strategies run each step here (``train_step`` / ``test_step`` /
 ``predict_step``, looked up on the owner so a `Model` subclass may override
 them); the parameter server's chief schedules one function per
@@ -44,15 +44,14 @@ from distrib.training.local_executor import LocalExecutor
 from distrib.training.loop_state import TrainLoopState
 from distrib.training.loss_tracker import LossTracker
 from distrib.training.predict_output import concat
-from distrib.training.scheduled_executor import ScheduledExecutor
 from distrib.training.serialization import to_spec
-from distrib.training.step_executor import StepExecutor
+from distrib.training.step_executor import executor_for
 from distrib.training.step_loop import PREDICT, TEST, TRAIN, Phase
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["TrainingLoop", "executor_for"]
+__all__ = ["TrainingLoop"]
 
 Logs = Dict[str, Any]
 
@@ -307,12 +306,6 @@ class TrainingLoop:
             self.history = history
         self.callbacks = cbs
         return cbs
-
-
-def executor_for(loop: TrainingLoop) -> StepExecutor:
-    """How ``loop``'s steps execute: scheduled where its strategy has a step scheduler, else here."""
-    scheduler = loop.strategy.step_scheduler()
-    return LocalExecutor(loop) if scheduler is None else ScheduledExecutor(loop, scheduler)
 
 
 def _check_steps(what: str, steps: Optional[int]) -> None:

@@ -15,7 +15,7 @@ supplies both:
   run because the data ran out.
 
 The strategy chooses the executor through `Strategy.step_scheduler`
-(`distrib.training.loop.executor_for`): without a scheduler (every replicated strategy) a
+(`executor_for`): without a scheduler (every replicated strategy) a
 `distrib.training.local_executor.LocalExecutor` runs each step here, now;
 with one (the parameter server's chief) a
 `distrib.training.scheduled_executor.ScheduledExecutor` schedules one
@@ -24,7 +24,7 @@ needs logs: at the end of an epoch or evaluation, and at the batch ends where
 a callback of the user's reads batch logs (`eager_batch_logs` is False).
 
 Example (one epoch of the loop, simplified):
-    >>> executor = distrib.training.loop.executor_for(loop)
+    >>> executor = executor_for(loop)
     >>> train, _ = executor.fit_inputs(x, y, batch_size=32, ..., validation_data=None)
     >>> iterator = train.for_epoch(first_step=0, restored=False)
     >>> executor.execute(TRAIN, iterator, 5, on_begin=lambda: None).steps
@@ -36,9 +36,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
 
+from distrib.training.local_executor import LocalExecutor
+from distrib.training.loop_host import LoopHost
+from distrib.training.scheduled_executor import ScheduledExecutor
 from distrib.training.step_loop import Execution, Phase
 
-__all__ = ["EpochInput", "EvalInput", "StepExecutor"]
+__all__ = ["EpochInput", "EvalInput", "StepExecutor", "executor_for"]
 
 
 class EpochInput(Protocol):
@@ -95,3 +98,9 @@ class StepExecutor(Protocol):
 
     def resolve(self) -> int:
         """Wait for the executions started so far and fold in their results; returns the steps that did not run."""
+
+
+def executor_for(loop: LoopHost) -> StepExecutor:
+    """How ``loop``'s steps execute: scheduled where its strategy has a step scheduler, else here."""
+    scheduler = loop.strategy.step_scheduler()
+    return LocalExecutor(loop) if scheduler is None else ScheduledExecutor(loop, scheduler)
