@@ -101,6 +101,7 @@ def scenario_stranger(marker_dir: str = "") -> None:
     tasks = {"chief": (0, TaskInfo("chief", 0)), "worker": (1, TaskInfo("worker", 0)), "ps": (2, TaskInfo("ps", 0))}
     for job, (rank, task) in tasks.items():
         address = strategy.channel_address(task.task_type, task.task_id)
+        port = int(address.rpartition(":")[2])
         calls = {
             "chief": ("distrib.strategies.parameter_server.runtime:ping", ()),
             "worker": ("distrib.strategies.parameter_server.worker:run_closure", ([], evil(f"{job}-closure"), {})),
@@ -157,11 +158,11 @@ def scenario_stranger(marker_dir: str = "") -> None:
             raw.close()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:   # not even HTTP/2
             sock.sendall(b"\x80\x04" + evil(f"{job}-raw") * 4)
-    updates_before = runtime.call(TaskInfo("ps", 0), ps_server.inventory)["updates"]
+    updates_before = strategy.ps_inventory(0)["updates"]
     losses = [coordinator.schedule(step_fn) for _ in range(40)]
     coordinator.join()
     out["last"] = float(losses[-1].fetch())
-    out["updates"] = [updates_before, runtime.call(TaskInfo("ps", 0), ps_server.inventory)["updates"]]
+    out["updates"] = [updates_before, strategy.ps_inventory(0)["updates"]]
     print("RESULT " + json.dumps(out), flush=True)
 
 
