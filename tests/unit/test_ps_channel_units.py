@@ -39,7 +39,7 @@ def test_replay_memory_is_bounded_and_still_refuses_every_replay():
     auth = CallAuth(b"secret", nonce_memory=8)
     tokens = [auth.sign("/m", "ps:0", b"x") for _ in range(40)]
     assert all(auth.check_header("/m", "ps:0", t) is None for t in tokens)
-    assert len(auth._seen) <= 8
+    assert auth.remembered <= 8
     assert all("used before" in auth.check_header("/m", "ps:0", t) for t in tokens)  # forgotten ones too
 
 
@@ -277,8 +277,8 @@ def test_a_workers_exception_comes_back_by_class_name_without_pickle():
         try:
             raise raised
         except Exception as exc:  # noqa: BLE001
-            kind, spec, text_back = worker._error_reply(exc)
+            kind, spec, text_back = worker.error_reply(exc)
         assert kind == "error" and "Traceback" in text_back
-        rebuilt = dispatch._rebuild(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
+        rebuilt = dispatch.rebuild_error(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
         assert type(rebuilt) is expected_type and str(rebuilt).startswith(text), (rebuilt, text)
         assert "Traceback on worker 0" in str(rebuilt.__cause__)

@@ -29,7 +29,7 @@ from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
-    from distrib.training.loop import TrainingLoop
+    from distrib.training.loop_host import LoopHost
 
 __all__ = ["model_state_dict", "load_model_state", "apply_metric_state", "get_weights", "set_weights"]
 
@@ -50,7 +50,7 @@ def _zeroed(state: Any) -> Any:
     return map_structure(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v, state)
 
 
-def model_state_dict(loop: "TrainingLoop", aggregate_metrics: bool = False) -> Dict[str, Any]:
+def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[str, Any]:
     """See `Model.state_dict`."""
     strategy = loop.strategy
     metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=aggregate_metrics)}
@@ -65,7 +65,7 @@ def model_state_dict(loop: "TrainingLoop", aggregate_metrics: bool = False) -> D
     }
 
 
-def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
+def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:
     """See `Model.load_state_dict`."""
     loop.module.load_state_dict(state["module"])
     if state.get("optimizer") is not None:
@@ -79,7 +79,7 @@ def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
                                    "aggregated": bool(state.get("metrics_aggregated", False))})
 
 
-def apply_metric_state(loop: "TrainingLoop", saved: Dict[str, Any]) -> None:
+def apply_metric_state(loop: "LoopHost", saved: Dict[str, Any]) -> None:
     """Restore metric states now, or hold them in ``loop.metric_restore`` until the metrics are built.
 
     Metrics are built on the first batch (multi-output models), and compile

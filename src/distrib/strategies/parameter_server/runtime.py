@@ -135,6 +135,7 @@ class Runtime:
         self.timeout = float(timeout)
         self._store = None
         self._server: Optional[Server] = None
+        self._addresses: Dict[TaskInfo, str] = {}
         self._channels: Dict[TaskInfo, Channel] = {}
         self._started = False
         self._closed = False
@@ -171,6 +172,7 @@ class Runtime:
         self._server = Server(my_host, _handlers(c.task.task_type), auth, tls, threads=max(8, 2 * world),
                               name=str(c.task))
         self._store.set(f"{_PORT_KEY}{rank}", str(self._server.port))
+        self._addresses[c.task] = f"{_bracket(my_host)}:{self._server.port}"
         for peer_rank, task in enumerate(c.tasks):
             if peer_rank == rank:
                 continue
@@ -181,7 +183,15 @@ class Runtime:
                                    f"chief's address {host}:{port}?", "INVALID_ARGUMENT")
             address = f"{_bracket(self._host_of(task))}:{int(text)}"
             self._channels[task] = Channel(address, auth, tls, dest=str(task))
+            self._addresses[task] = address
         self._started = True
+
+    def channel_address(self, task: TaskInfo) -> str:
+        """``host:port`` of ``task``'s channel server (published by it at start-up)."""
+        try:
+            return self._addresses[task]
+        except KeyError:
+            raise ValueError(f"{task} is not a task of this parameter-server job") from None
 
     def _host_of(self, task: TaskInfo) -> str:
         field = f"TF_CONFIG cluster {task.task_type}[{task.task_id}]"

@@ -46,6 +46,7 @@ from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy, StrategyBoundState
+from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
@@ -230,7 +231,7 @@ class ParameterServerStrategy(Strategy):
         return gather_values(self._collective, self.comm_device, value, axis)
 
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
-        return self._own_results(value)
+        return self.own_results(value)
 
     # ---------------------------------------------------------- variables
     def _require_chief(self, what: str) -> VariableRegistry:
@@ -253,8 +254,23 @@ class ParameterServerStrategy(Strategy):
         self._require_chief("ps_inventory")
         return self._runtime.call(TaskInfo("ps", ps_id), ps_server.inventory)
 
+    def channel_address(self, task_type: str, task_id: int = 0) -> str:
+        """``host:port`` of a task's authenticated gRPC server (the port it chose at start-up)."""
+        self._require_chief("channel_address")
+        return self._runtime.channel_address(TaskInfo(task_type, task_id))
+
     def _place_pending(self) -> None:
         self._require_chief("schedule").place_pending()
+
+    # ---------------------------------------------------------- execution
+    def step_scheduler(self) -> Optional[StepScheduler]:
+        """On the chief, the `ClusterCoordinator`: `Model.fit` schedules its steps on the workers.
+        Elsewhere (an evaluator) None: steps run in this process."""
+        if self._runtime is None:
+            return None
+        from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
+
+        return ClusterCoordinator(self)
 
     # ---------------------------------------------------------- exporting
     def _classify(self, obj: Any) -> Optional[str]:
