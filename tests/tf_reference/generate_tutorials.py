@@ -10,11 +10,23 @@ It runs `tutorial_input_tf.py` three ways and writes
 ``multi_worker_2_workers`` (a list: each worker's lines, worker 0 first).
 With ``keras`` as argument it only runs `tutorial_keras_tf.py` (the Keras
 tutorial's learning rates) and writes ``tutorial_keras_distributed.json``.
+
+With ``custom_training`` it runs `tutorial_custom_training_tf.py` under
+``MirroredStrategy`` on 2 virtual CPUs and writes
+``tutorial_custom_training.json``: every number the tutorial prints, for the
+settings recorded with them (the MNIST subset, seeded initial weights, no
+shuffle — what ``tests/distributed/test_tutorial_custom_training_port.py``
+gives the port), once as TensorFlow runs by default and once with oneDNN off
+(``mirrored_2_devices_onednn_off``: other kernels, another float summation
+order — how far TensorFlow drifts from itself). The MNIST subset comes from `distrib.datasets.mnist`, read
+by distrib's Python (``DISTRIB_PYTHON``, default ``.venv/bin/python`` of the
+repository or of ``/work/main``) into a temporary file.
 """
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,9 +44,9 @@ def _result(stdout):
     return json.loads(lines[0][len("RESULT "):])
 
 
-def _run(mode, env=None, script=SCRIPT):
-    proc = subprocess.run([sys.executable, script, mode], capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, **(env or {})))
+def _run(mode, env=None, script=SCRIPT, args=()):
+    proc = subprocess.run([sys.executable, script, mode, *args], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, **(env or {})), cwd=str(HERE))
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
     return _result(proc.stdout)
@@ -54,9 +66,48 @@ def _workers():
     return [_result(out) for out, _ in outs]
 
 
+def _distrib_python():
+    if os.environ.get("DISTRIB_PYTHON"):
+        return os.environ["DISTRIB_PYTHON"]
+    for root in (HERE.parents[1], Path("/work/main")):
+        if (root / ".venv" / "bin" / "python").exists():
+            return str(root / ".venv" / "bin" / "python")
+    raise SystemExit("set DISTRIB_PYTHON to a Python that can import distrib (for its MNIST subset)")
+
+
+def mnist_subset(path, train, test):
+    """Write ``x_train[:train]``, ``y_train[:train]``, ``x_test[:test]``, ``y_test[:test]`` of distrib's MNIST."""
+    code = ("import sys, numpy as np, distrib.datasets.mnist as m; (a, b), (c, d) = m.load_data(); "
+            f"np.savez(sys.argv[1], x_train=a[:{train}], y_train=b[:{train}], x_test=c[:{test}], y_test=d[:{test}])")
+    env = dict(os.environ, PYTHONPATH=str(HERE.parents[1] / "src"))
+    subprocess.run([_distrib_python(), "-c", code, str(path)], check=True, timeout=600, env=env)
+    return str(path)
+
+
+# the port's test runs these (tests/distributed/test_tutorial_custom_training_port.py reads them from the JSON)
+CUSTOM_TRAINING = {"epochs": 2, "batch_size_per_replica": 32, "train_examples": 1280, "test_examples": 512,
+                   "initial_weights_seed": 3}
+
+
+def custom_training(tf_version):
+    settings = CUSTOM_TRAINING
+    with tempfile.TemporaryDirectory() as tmp:
+        data = mnist_subset(Path(tmp) / "mnist.npz", settings["train_examples"], settings["test_examples"])
+        script, args = str(HERE / "tutorial_custom_training_tf.py"), (data, json.dumps(settings))
+        result = _run("2", script=script, args=args)
+        other_order = _run("2", script=script, args=args, env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    out = OUT.with_name("tutorial_custom_training.json")
+    out.write_text(json.dumps({"tensorflow": tf_version, "settings": settings, "mirrored_2_devices": result,
+                               "mirrored_2_devices_onednn_off": other_order}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out}")
+
+
 def main():
     import tensorflow as tf
 
+    if sys.argv[1:] == ["custom_training"]:
+        custom_training(tf.__version__)
+        return
     if sys.argv[1:] == ["keras"]:
         record = {"tensorflow": tf.__version__, **_run("alone", script=str(HERE / "tutorial_keras_tf.py"))}
         keras_out = OUT.with_name("tutorial_keras_distributed.json")
