@@ -1,10 +1,18 @@
 """The ported TF saving tutorials run to the end alone, as Mirrored on 2 CPU replicas, and on 2 launched workers.
 
-Each mode asserts on what the script prints and writes (the Keras
-tutorial's learning rates against TensorFlow's stored output): accuracy above
+Each mode asserts on what the script prints and writes: accuracy above
 chance (10 classes), every checkpoint/model/export written once (complete,
 no worker temporaries left), and reloaded or exported models predicting what
 the trained model predicts.
+
+The Keras tutorial's printed numbers are compared with TensorFlow 2.21's run
+of it (``tests/tf_reference/generate_tutorials.py keras``: one CPU for
+``alone``, 2 virtual CPUs for the 2-replica modes) from the same seeded
+weights (``TUTORIAL_WEIGHTS_SEED``) on the same data in order
+(``TUTORIAL_BUFFER_SIZE=1``): the learning rates exactly, each epoch's
+accuracy and loss as the progress bar prints them (4 decimals: half a unit of
+the last digit, plus rtol 1e-4), the three evaluations to rtol 1e-4 (loss)
+and one example (accuracy).
 """
 from __future__ import annotations
 
@@ -49,14 +57,47 @@ def _launched(script, tmp_path, env_extra):
     return result.outputs["worker 0"]
 
 
-def _run(mode, script, tmp_path, examples, epochs=EPOCHS):
-    env = {"TUTORIAL_EXAMPLES": str(examples), "TUTORIAL_EPOCHS": str(epochs), "TUTORIAL_DIR": str(tmp_path)}
+def _run(mode, script, tmp_path, examples, epochs=EPOCHS, extra_env=None):
+    env = {"TUTORIAL_EXAMPLES": str(examples), "TUTORIAL_EPOCHS": str(epochs), "TUTORIAL_DIR": str(tmp_path),
+           **(extra_env or {})}
     if mode == "launch":
         return _launched(script, tmp_path, env), 2
     if mode == "mirrored":
         env["DISTRIB_LOCAL_DEVICES"] = "cpu:0,cpu:1"
         return _alone(script, tmp_path, env), 2
     return _alone(script, tmp_path, env), 1
+
+
+def _keras_tf_env(replicas):
+    settings = TF_KERAS["settings"]
+    return {"TUTORIAL_EXAMPLES": str(settings["examples_per_replica"] * replicas),
+            "TUTORIAL_EPOCHS": str(settings["epochs"]), "TUTORIAL_BUFFER_SIZE": "1",
+            "TUTORIAL_WEIGHTS_SEED": str(settings["weights_seed"])}
+
+
+def _epoch_metrics(out):
+    """``[(accuracy, loss), ...]``: the last values each epoch's progress bar prints."""
+    epochs = []
+    for block in re.split(r"^Epoch \d+/\d+$", out, flags=re.M)[1:]:
+        shown = re.findall(r"accuracy: ([-+.\deE]+) - loss: ([-+.\deE]+)", block.split("Learning rate for epoch")[0])
+        epochs.append(tuple(float(v) for v in shown[-1]))
+    return epochs
+
+
+def _assert_keras_matches_tensorflow(out, evals, replicas):
+    tf = TF_KERAS["alone" if replicas == 1 else "mirrored_2_devices"]
+    examples = TF_KERAS["settings"]["examples_per_replica"] * replicas
+    assert tf["devices"] == replicas
+    printed = _epoch_metrics(out)
+    expected = list(zip(tf["history"]["accuracy"], tf["history"]["loss"]))
+    assert len(printed) == len(expected), out[-3000:]
+    for ours, theirs in zip(printed, expected):
+        for value, reference in zip(ours, theirs):
+            assert abs(value - reference) <= 5e-5 + 1e-4 * abs(reference), (printed, expected)
+    assert len(evals) == len(tf["evaluations"])
+    for (loss, accuracy), (tf_loss, tf_accuracy) in zip(evals, tf["evaluations"]):
+        assert float(loss) == pytest.approx(tf_loss, rel=1e-4), (evals, tf["evaluations"])
+        assert float(accuracy) == pytest.approx(tf_accuracy, abs=1 / examples + 1e-9), (evals, tf["evaluations"])
 
 
 def _complete(path):
@@ -72,7 +113,8 @@ MODES = ["alone", pytest.param("mirrored", marks=pytest.mark.slow), pytest.param
 
 @pytest.mark.parametrize("mode", MODES)
 def test_keras_distributed_tutorial(mode, tmp_path):
-    out, replicas = _run(mode, KERAS, tmp_path, 512 * (2 if mode != "alone" else 1))
+    replicas = 1 if mode == "alone" else 2
+    out, _ = _run(mode, KERAS, tmp_path, 512 * replicas, extra_env=_keras_tf_env(replicas))
     assert f"Number of devices: {replicas}" in out
     lrs = re.findall(r"Learning rate for epoch (\d+) is (\S+)", out)
     assert [[int(e), float(v)] for e, v in lrs] == TF_KERAS["learning rates"]     # what TF 2.21 prints
@@ -92,6 +134,7 @@ def test_keras_distributed_tutorial(mode, tmp_path):
     assert [float(l) for l, _ in evals] == pytest.approx([float(evals[0][0])] * 3, rel=1e-6), evals
     assert float(evals[0][1]) > 2 * CHANCE
     assert "served predictions match: True" in out
+    _assert_keras_matches_tensorflow(out, evals, replicas)
 
 
 @pytest.mark.parametrize("mode", MODES)
