@@ -11,6 +11,14 @@ It runs `tutorial_input_tf.py` three ways and writes
 With ``keras`` as argument it only runs `tutorial_keras_tf.py` (the Keras
 tutorial's learning rates) and writes ``tutorial_keras_distributed.json``.
 
+With ``keras`` it also runs `tutorial_keras_fit_tf.py` (the whole tutorial on
+the port's MNIST subset, seeded initial weights, no shuffle) on one CPU
+(``alone``) and on 2 virtual CPUs (``mirrored_2_devices``), on 512 examples
+per replica.
+
+With ``save_and_load`` it runs `tutorial_save_and_load_tf.py` alone and on 2
+virtual CPUs and writes ``tutorial_save_and_load.json``.
+
 With ``custom_training`` it runs `tutorial_custom_training_tf.py` under
 ``MirroredStrategy`` on 2 virtual CPUs and writes
 ``tutorial_custom_training.json``: every number the tutorial prints, for the
@@ -89,6 +97,33 @@ CUSTOM_TRAINING = {"epochs": 2, "batch_size_per_replica": 32, "train_examples": 
                    "initial_weights_seed": 3}
 
 
+# tests/distributed/test_tutorial_saving_ports.py gives the Keras tutorial's port these (TUTORIAL_* variables)
+KERAS = {"examples_per_replica": 512, "epochs": 4, "weights_seed": 5}
+SAVE_AND_LOAD = {"examples_per_replica": 512, "epochs": 2, "weights_seed": 6}
+
+
+def _with_mnist(script, settings, replicas):
+    """``script`` on ``replicas`` CPUs and the first ``settings["examples"]`` images of each split."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = mnist_subset(Path(tmp) / "mnist.npz", settings["examples"], settings["examples"])
+        return _run(str(replicas), script=str(HERE / script), args=(data, json.dumps(settings)))
+
+
+def _keras_fit(replicas):
+    settings = dict(KERAS, examples=KERAS["examples_per_replica"] * replicas)
+    return _with_mnist("tutorial_keras_fit_tf.py", settings, replicas)
+
+
+def save_and_load(tf_version):
+    record = {"tensorflow": tf_version, "settings": SAVE_AND_LOAD}
+    for name, replicas in (("alone", 1), ("mirrored_2_devices", 2)):
+        settings = dict(SAVE_AND_LOAD, examples=SAVE_AND_LOAD["examples_per_replica"] * replicas)
+        record[name] = _with_mnist("tutorial_save_and_load_tf.py", settings, replicas)
+    out = OUT.with_name("tutorial_save_and_load.json")
+    out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out}")
+
+
 def custom_training(tf_version):
     settings = CUSTOM_TRAINING
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,11 +140,15 @@ def custom_training(tf_version):
 def main():
     import tensorflow as tf
 
+    if sys.argv[1:] == ["save_and_load"]:
+        save_and_load(tf.__version__)
+        return
     if sys.argv[1:] == ["custom_training"]:
         custom_training(tf.__version__)
         return
     if sys.argv[1:] == ["keras"]:
-        record = {"tensorflow": tf.__version__, **_run("alone", script=str(HERE / "tutorial_keras_tf.py"))}
+        record = {"tensorflow": tf.__version__, **_run("alone", script=str(HERE / "tutorial_keras_tf.py")),
+                  "settings": KERAS, "alone": _keras_fit(1), "mirrored_2_devices": _keras_fit(2)}
         keras_out = OUT.with_name("tutorial_keras_distributed.json")
         keras_out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"wrote {keras_out}")
