@@ -19,6 +19,11 @@ per replica.
 With ``save_and_load`` it runs `tutorial_save_and_load_tf.py` alone and on 2
 virtual CPUs and writes ``tutorial_save_and_load.json``.
 
+With ``parameter_server`` it runs `tutorial_parameter_server_tf.py` (the
+port's one-worker run; see there why on TensorFlow's default strategy and
+with dense embedding gradients — ``one_worker_indexed_slices`` is the run
+without) and writes ``tutorial_parameter_server.json``.
+
 With ``custom_training`` it runs `tutorial_custom_training_tf.py` under
 ``MirroredStrategy`` on 2 virtual CPUs and writes
 ``tutorial_custom_training.json``: every number the tutorial prints, for the
@@ -124,6 +129,25 @@ def save_and_load(tf_version):
     print(f"wrote {out}")
 
 
+# tests/distributed/test_example_tutorial_parameter_server.py gives the port these (TUTORIAL_* variables)
+PARAMETER_SERVER = {"fit_epochs": 2, "ctl_epochs": 4, "weights_seed": 8}
+
+
+def parameter_server(tf_version):
+    """The port's one-worker run on TensorFlow; the fit section's data is worker 0's ``torch.rand`` draw."""
+    code = ("import json, torch; g = torch.Generator().manual_seed(0); x = torch.rand((10, 10), generator=g); "
+            "y = torch.rand((10,), generator=g); print(json.dumps([x.tolist(), y.tolist()]))")
+    drawn = subprocess.run([_distrib_python(), "-c", code], check=True, timeout=600, capture_output=True, text=True)
+    fit_x, fit_y = json.loads(drawn.stdout)
+    record = {"tensorflow": tf_version, "settings": PARAMETER_SERVER}
+    for name, dense in (("one_worker", True), ("one_worker_indexed_slices", False)):
+        settings = dict(PARAMETER_SERVER, fit_x=fit_x, fit_y=fit_y, dense_gradients=dense)
+        record[name] = _run("1", script=str(HERE / "tutorial_parameter_server_tf.py"), args=(json.dumps(settings),))
+    out = OUT.with_name("tutorial_parameter_server.json")
+    out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out}")
+
+
 def custom_training(tf_version):
     settings = CUSTOM_TRAINING
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +164,9 @@ def custom_training(tf_version):
 def main():
     import tensorflow as tf
 
+    if sys.argv[1:] == ["parameter_server"]:
+        parameter_server(tf.__version__)
+        return
     if sys.argv[1:] == ["save_and_load"]:
         save_and_load(tf.__version__)
         return
