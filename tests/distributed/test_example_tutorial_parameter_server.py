@@ -64,48 +64,40 @@ def _check(out: str) -> None:
     assert len(evaluations) == 2 and min(evaluations) >= 0.9, out[-4000:]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_tutorial_runs_on_its_in_process_cluster():
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    proc = subprocess.run([sys.executable, EXAMPLE], env={**env, **SHORT}, capture_output=True, text=True,
-                          timeout=350)
+def _in_process(env: dict) -> str:
+    """The chief's output: the example started plainly, its own in-process cluster."""
+    base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    proc = subprocess.run([sys.executable, EXAMPLE], env={**base, **env}, capture_output=True, text=True, timeout=350)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    _check(proc.stdout)
+    return proc.stdout
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_tutorial_runs_under_distrib_launch():
+def _launched(env: dict) -> str:
+    """The chief's output under ``distrib launch --chief --workers N --ps 2``."""
     try:
-        result = launch(EXAMPLE, [], workers=2, chief=True, ps=2, output="capture", timeout=350, grace_seconds=5,
-                        env={**SHORT, "DISTRIB_JOB_SECRET": new_secret()})
+        result = launch(EXAMPLE, [], workers=int(env["TUTORIAL_PS_WORKERS"]), chief=True, ps=2, output="capture",
+                        timeout=350, grace_seconds=5, env={**env, "DISTRIB_JOB_SECRET": new_secret()})
     except LaunchTimeoutError as exc:
         pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
     assert result.returncode == 0, result.output[-6000:]
-    _check(result.outputs["chief"])
+    return result.outputs["chief"]
+
+
+RUNS = [pytest.param(_in_process, id="in_process_cluster"), pytest.param(_launched, id="distrib_launch")]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_one_worker_prints_tensorflows_numbers_in_process():
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    proc = subprocess.run([sys.executable, EXAMPLE], env={**env, **ONE_WORKER}, capture_output=True, text=True,
-                          timeout=350)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    _check_against_tensorflow(proc.stdout)
+@pytest.mark.parametrize("run", RUNS)
+def test_tutorial_runs(run):
+    _check(run(SHORT))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_one_worker_prints_tensorflows_numbers_under_distrib_launch():
-    try:
-        result = launch(EXAMPLE, [], workers=1, chief=True, ps=2, output="capture", timeout=350, grace_seconds=5,
-                        env={**ONE_WORKER, "DISTRIB_JOB_SECRET": new_secret()})
-    except LaunchTimeoutError as exc:
-        pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
-    assert result.returncode == 0, result.output[-6000:]
-    _check_against_tensorflow(result.outputs["chief"])
+@pytest.mark.parametrize("run", RUNS)
+def test_one_worker_prints_tensorflows_numbers(run):
+    _check_against_tensorflow(run(ONE_WORKER))
 
 
 def test_tensorflows_indexed_slices_step_is_not_rmsprops():

@@ -1,39 +1,37 @@
 """Record what TF's distribute tutorials print under TensorFlow 2.21, as JSON.
 
-Run with the TensorFlow virtual environment (never distrib's):
+Run with the TensorFlow virtual environment (never distrib's), with one
+argument saying which tutorial:
 
-    bench/.tf-venv/bin/python tests/tf_reference/generate_tutorials.py
+    /work/tf-venv/bin/python tests/tf_reference/generate_tutorials.py [keras|custom_training|save_and_load|parameter_server]
 
-It runs `tutorial_input_tf.py` three ways and writes
-``tests/data/tf_reference/tutorial_distributed_input.json``: ``alone``
-(MirroredStrategy on one CPU), ``mirrored_2_devices`` (2 virtual CPUs) and
-``multi_worker_2_workers`` (a list: each worker's lines, worker 0 first).
-With ``keras`` as argument it only runs `tutorial_keras_tf.py` (the Keras
-tutorial's learning rates) and writes ``tutorial_keras_distributed.json``.
+* (none): runs `tutorial_input_tf.py` three ways and writes
+  ``tutorial_distributed_input.json``: ``alone`` (MirroredStrategy on one
+  CPU), ``mirrored_2_devices`` (2 virtual CPUs) and ``multi_worker_2_workers``
+  (a list: each worker's lines, worker 0 first).
+* ``keras``: `tutorial_keras_tf.py` (the learning rates) and
+  `tutorial_keras_fit_tf.py` (the whole tutorial) on one CPU (``alone``) and
+  on 2 virtual CPUs (``mirrored_2_devices``), 512 examples per replica;
+  writes ``tutorial_keras_distributed.json``.
+* ``save_and_load``: `tutorial_save_and_load_tf.py` the same two ways;
+  writes ``tutorial_save_and_load.json``.
+* ``custom_training``: `tutorial_custom_training_tf.py` on 2 virtual CPUs,
+  once as TensorFlow runs by default and once with oneDNN off
+  (``mirrored_2_devices_onednn_off``: other kernels, another float summation
+  order — how far TensorFlow drifts from itself); writes
+  ``tutorial_custom_training.json``.
+* ``parameter_server``: `tutorial_parameter_server_tf.py`, the port's
+  one-worker run (see there why on TensorFlow's default strategy and with
+  dense embedding gradients; ``one_worker_indexed_slices`` is the run
+  without); writes ``tutorial_parameter_server.json``.
 
-With ``keras`` it also runs `tutorial_keras_fit_tf.py` (the whole tutorial on
-the port's MNIST subset, seeded initial weights, no shuffle) on one CPU
-(``alone``) and on 2 virtual CPUs (``mirrored_2_devices``), on 512 examples
-per replica.
-
-With ``save_and_load`` it runs `tutorial_save_and_load_tf.py` alone and on 2
-virtual CPUs and writes ``tutorial_save_and_load.json``.
-
-With ``parameter_server`` it runs `tutorial_parameter_server_tf.py` (the
-port's one-worker run; see there why on TensorFlow's default strategy and
-with dense embedding gradients — ``one_worker_indexed_slices`` is the run
-without) and writes ``tutorial_parameter_server.json``.
-
-With ``custom_training`` it runs `tutorial_custom_training_tf.py` under
-``MirroredStrategy`` on 2 virtual CPUs and writes
-``tutorial_custom_training.json``: every number the tutorial prints, for the
-settings recorded with them (the MNIST subset, seeded initial weights, no
-shuffle — what ``tests/distributed/test_tutorial_custom_training_port.py``
-gives the port), once as TensorFlow runs by default and once with oneDNN off
-(``mirrored_2_devices_onednn_off``: other kernels, another float summation
-order — how far TensorFlow drifts from itself). The MNIST subset comes from `distrib.datasets.mnist`, read
-by distrib's Python (``DISTRIB_PYTHON``, default ``.venv/bin/python`` of the
-repository or of ``/work/main``) into a temporary file.
+Every file lands in ``tests/data/tf_reference/`` with the settings the
+port's test must give the port (sizes, ``weights_seed``; the data in order).
+The training runs start from the port's seeded weights
+(`distrib.testing.seeded_weights`) on the port's data: the MNIST subset of
+`distrib.datasets.mnist` and the parameter-server port's ``torch.rand`` draw
+are read by distrib's Python (``DISTRIB_PYTHON``, default
+``.venv/bin/python`` of the repository or of ``/work/main``).
 """
 import json
 import os
@@ -161,31 +159,29 @@ def custom_training(tf_version):
     print(f"wrote {out}")
 
 
+def keras(tf_version):
+    record = {"tensorflow": tf_version, **_run("alone", script=str(HERE / "tutorial_keras_tf.py")),
+              "settings": KERAS, "alone": _keras_fit(1), "mirrored_2_devices": _keras_fit(2)}
+    keras_out = OUT.with_name("tutorial_keras_distributed.json")
+    keras_out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {keras_out}")
+
+
 def main():
     import tensorflow as tf
 
-    if sys.argv[1:] == ["parameter_server"]:
-        parameter_server(tf.__version__)
-        return
-    if sys.argv[1:] == ["save_and_load"]:
-        save_and_load(tf.__version__)
-        return
-    if sys.argv[1:] == ["custom_training"]:
-        custom_training(tf.__version__)
-        return
-    if sys.argv[1:] == ["keras"]:
-        record = {"tensorflow": tf.__version__, **_run("alone", script=str(HERE / "tutorial_keras_tf.py")),
-                  "settings": KERAS, "alone": _keras_fit(1), "mirrored_2_devices": _keras_fit(2)}
-        keras_out = OUT.with_name("tutorial_keras_distributed.json")
-        keras_out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {keras_out}")
+    if sys.argv[1:]:
+        tutorials = {"keras": keras, "custom_training": custom_training, "save_and_load": save_and_load,
+                     "parameter_server": parameter_server}
+        if sys.argv[1] not in tutorials:
+            raise SystemExit(f"unknown tutorial {sys.argv[1]!r}: one of {', '.join(tutorials)} (or none)")
+        tutorials[sys.argv[1]](tf.__version__)
         return
 
     record = {"tensorflow": tf.__version__, "alone": _run("1"), "mirrored_2_devices": _run("2"),
               "multi_worker_2_workers": _workers()}
     OUT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
-
 
 if __name__ == "__main__":
     main()
