@@ -48,21 +48,28 @@ def _modules() -> Dict[str, pathlib.Path]:
     return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
 
 
+def _imported_module(target: str) -> str:
+    """The distrib module an import of ``target`` runs: ``target`` itself or, for a name, the module defining it."""
+    while target not in _modules() and "." in target:
+        target = target.rpartition(".")[0]
+    return target
+
+
 def _imports(name: str, path: pathlib.Path) -> Iterator[str]:
-    """Every distrib module ``name`` imports (relative imports resolved, ``from distrib import x`` -> distrib.x)."""
+    """Every distrib module ``name`` imports, anywhere in the file (inside functions and
+    ``if TYPE_CHECKING:`` too): relative imports resolved, ``from distrib.a import b`` ->
+    ``distrib.a.b`` when that is a module, else ``distrib.a``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.split(".")[0] == "distrib")
+            yield from (_imported_module(a.name) for a in node.names if a.name.split(".")[0] == "distrib")
         elif isinstance(node, ast.ImportFrom):
             target = node.module or ""
             if node.level:
                 base = package.split(".")[:len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
-            if target == "distrib":
-                yield from (f"distrib.{a.name}" for a in node.names)
-            elif target.startswith("distrib."):
-                yield target
+            if target == "distrib" or target.startswith("distrib."):
+                yield from sorted({_imported_module(f"{target}.{a.name}") for a in node.names})
 
 
 def _part_of(module: str, groups: Set[str]) -> bool:
@@ -195,3 +202,89 @@ def test_no_import_cycle_between_packages():
 
     cycles = sorted((a, b) for a, targets in graph.items() for b in targets if reaches(b, a))
     assert not cycles, f"packages importing each other (directly or through others): {cycles}"
+
+
+# Module import edges that still close a circle, in files other engineers own this wave:
+# ``distrib.data`` (the input path) and the training loop / parameter server. The lead
+# empties this list at merge; an entry whose import is gone fails the test, so it only shrinks.
+_CIRCLE_EDGES_LEFT = {
+    # data/: Dataset's methods import the classes that subclass Dataset
+    ("distrib.data.dataset", "distrib.data.batching"),
+    ("distrib.data.dataset", "distrib.data.cache"),
+    ("distrib.data.dataset", "distrib.data.combinators"),
+    ("distrib.data.dataset", "distrib.data.padding"),
+    ("distrib.data.dataset", "distrib.data.shuffle"),
+    ("distrib.data.dataset", "distrib.data.sources"),
+    ("distrib.data.dataset", "distrib.data.text"),
+    ("distrib.data.dataset", "distrib.data.transforms"),
+    ("distrib.data.dataset_ops", "distrib.data.choosing"),
+    ("distrib.data.dataset_ops", "distrib.data.folds"),
+    ("distrib.data.dataset_ops", "distrib.data.grouping"),
+    ("distrib.data.dataset_ops", "distrib.data.windowing"),
+    # data/: the distributed iterator reads its distributed dataset
+    ("distrib.data.distributed_iterator", "distrib.data.distributed"),
+    # training loop: the step helpers and model state are typed with the loop that calls them
+    ("distrib.training.model_state", "distrib.training.loop"),
+    ("distrib.training.steps", "distrib.training.loop"),
+    # the parameter-server fit loop (to be deleted) and the parameter-server package
+    ("distrib.training.ps_fit", "distrib.training.model"),
+    ("distrib.strategies.parameter_server.coordinator", "distrib.strategies.parameter_server"),
+    ("distrib.strategies.parameter_server.serve", "distrib.strategies.parameter_server.strategy"),
+    ("distrib.strategies.parameter_server.runtime", "distrib.strategies.parameter_server.worker"),
+}
+
+
+def _module_graph() -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {}
+    for source, target in _edges():
+        if source != target and (source, target) not in _CIRCLE_EDGES_LEFT:
+            graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def _a_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or ``[]`` when it has none."""
+    done: Set[str] = set()
+    for root in sorted(graph):
+        path: List[str] = []
+        on_path: Set[str] = set()
+        todo = [(root, iter(sorted(graph.get(root, ()))))]
+        path.append(root)
+        on_path.add(root)
+        while todo:
+            node, targets = todo[-1]
+            target = next(targets, None)
+            if target is None:
+                todo.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif target in on_path:
+                return path[path.index(target):] + [target]
+            elif target not in done:
+                todo.append((target, iter(sorted(graph.get(target, ())))))
+                path.append(target)
+                on_path.add(target)
+    return []
+
+
+def test_the_circle_finder_finds_a_circle_and_names_it():
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_module_graph_sees_lazy_and_typing_only_imports():
+    edges = set(_edges())
+    assert ("distrib.strategies.base", "distrib.comm.grad_sync") in edges  # inside a method
+    assert ("distrib.strategies.replication", "distrib.comm.options") in edges  # if TYPE_CHECKING:
+
+
+def test_no_module_import_circle_lazy_and_typing_only_imports_included():
+    """No module imports itself through others, counting every import anywhere in the file."""
+    cycle = _a_cycle(_module_graph())
+    assert not cycle, "modules importing each other: " + " -> ".join(cycle)
+
+
+def test_the_circle_allow_list_names_only_imports_that_still_exist():
+    stale = sorted(_CIRCLE_EDGES_LEFT - set(_edges()))
+    assert not stale, f"these imports are gone: remove them from _CIRCLE_EDGES_LEFT: {stale}"

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from distrib.strategies import context
+from distrib.strategies import default
 from distrib.training import model_state
 from distrib.training.loop import TrainingLoop
 from distrib.training.loop_state import TrainLoopState
@@ -72,7 +72,7 @@ class Model:
                              f"got {builder!r}")
         if builder_kwargs is not None:
             to_spec(builder_kwargs, "builder_kwargs")  # fails early if not JSON-describable
-        strategy = context.get_strategy()
+        strategy = default.get_strategy()
         strategy.track_module(module)
         self.builder = builder
         self.builder_kwargs = dict(builder_kwargs or {})
