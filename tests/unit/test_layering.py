@@ -117,18 +117,52 @@ _GLOBAL_HOOK_CALLS = {("signal", "signal"), ("atexit", "register"), ("faulthandl
 _GLOBAL_HOOK_ATTRS = {("sys", "excepthook"), ("threading", "excepthook"), ("sys", "unraisablehook")}
 
 
+def _names_hook_installer(node: ast.AST) -> bool:
+    """``atexit.register`` (and the like) as an expression: what a decorator or a call names."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and (node.value.id, node.attr) in _GLOBAL_HOOK_CALLS)
+
+
 def _installs_global_hook(node: ast.AST) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return any(_names_hook_installer(d) for d in node.decorator_list)  # @atexit.register
+    if isinstance(node, ast.ImportFrom):  # from atexit import register: a call that hides its module
+        return any((node.module, a.name) in _GLOBAL_HOOK_CALLS for a in node.names)
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name == "register_optimizer_step_pre_hook" or name.startswith("register_module_"):
             return True
-        return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                and (func.value.id, func.attr) in _GLOBAL_HOOK_CALLS)
+        return _names_hook_installer(func)
     if isinstance(node, ast.Assign):
         return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
                    and (t.value.id, t.attr) in _GLOBAL_HOOK_ATTRS for t in node.targets)
     return False
+
+
+def _hook_lines(source: str) -> List[int]:
+    return sorted(node.lineno for node in ast.walk(ast.parse(textwrap.dedent(source)))
+                  if _installs_global_hook(node))
+
+
+def test_the_hooks_rule_sees_calls_decorators_assignments_and_imported_installers():
+    assert _hook_lines("""
+        import atexit, signal, sys
+        from atexit import register
+        atexit.register(print)
+        @atexit.register
+        def bye():
+            pass
+        sys.excepthook = print
+        signal.signal(2, print)
+    """) == [3, 4, 6, 8, 9]  # a decorated function is named by its def line
+    assert _hook_lines("""
+        import functools
+        from signal import SIGTERM
+        @functools.lru_cache
+        def f():
+            return SIGTERM
+    """) == []
 
 
 def test_process_wide_hooks_are_installed_only_by_distrib_hooks():
