@@ -322,3 +322,33 @@ def test_no_module_import_circle_lazy_and_typing_only_imports_included():
 def test_the_circle_allow_list_names_only_imports_that_still_exist():
     stale = sorted(_CIRCLE_EDGES_LEFT - set(_edges()))
     assert not stale, f"these imports are gone: remove them from _CIRCLE_EDGES_LEFT: {stale}"
+
+
+# ``strategy: Any`` still in files other engineers own this wave (the lead empties this at merge).
+_UNTYPED_STRATEGY_LEFT = {
+    "distrib/training/loop.py", "distrib/training/data_adapter.py", "distrib/training/fit_data.py",
+    "distrib/strategies/parameter_server/worker.py", "distrib/strategies/parameter_server/coordinator.py",
+    "distrib/strategies/parameter_server/pickling.py",
+}
+
+
+def _untyped_strategies(tree: ast.AST) -> List[int]:
+    """Lines where a parameter named ``strategy`` is annotated ``Any``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "strategy" and node.annotation is not None:
+            note = node.annotation
+            if (isinstance(note, ast.Name) and note.id == "Any") or (isinstance(note, ast.Constant)
+                                                                   and note.value == "Any"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_strategy_parameters_name_the_strategy_type_not_any():
+    assert _untyped_strategies(ast.parse("def f(strategy: Any, g: Any): ...\ndef h(strategy: 'Strategy'): ...")) == [1]
+    bad = []
+    for path in _modules().values():
+        where = path.relative_to(SRC.parent).as_posix()
+        if where not in _UNTYPED_STRATEGY_LEFT:
+            bad += [f"{where}:{line}" for line in _untyped_strategies(ast.parse(path.read_text(), str(path)))]
+    assert not bad, "annotate with distrib.strategies.interface.Strategy: " + ", ".join(bad)

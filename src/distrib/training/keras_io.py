@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 import torch
 
 from distrib.errors import DistribError
 from distrib.training.errors import SerializationError, WeightsMismatchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["is_keras_model", "keras_weights", "assign_keras_weights", "keras_config", "keras_from_config",
            "import_keras", "KERAS_PREFIX"]
@@ -108,7 +111,7 @@ def keras_from_config(config: Dict[str, Any], custom_objects: Optional[Dict[str,
                                  "custom_objects") from None
 
 
-def save_keras_file(module: Any, filepath: str, strategy: Any) -> None:
+def save_keras_file(module: Any, filepath: str, strategy: "Strategy") -> None:
     """``keras.saving.save_model`` to a ``.keras`` file: the chief writes (atomically), all leave together."""
     keras = import_keras()
     if strategy.is_chief:
