@@ -13,7 +13,10 @@ Layers, bottom up (a module may import from its own layer and those below):
 * ``distrib.testing`` (test doubles and harness), imported by no package module.
 
 The rules are read from the source (every import, top-level or inside a
-function), so a lazy import that breaks a rule is caught too.
+function or ``if TYPE_CHECKING:``), so a lazy import that breaks a rule is
+caught too. No module imports itself through others (a circle is printed
+``a -> b -> a``); process-wide hooks, calls and decorators alike, go through
+``distrib.hooks``; a ``strategy`` parameter names its type, not ``Any``.
 """
 from __future__ import annotations
 
