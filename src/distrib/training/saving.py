@@ -54,7 +54,7 @@ from distrib.checkpoint.chief_directory import write_directory
 from distrib.checkpoint.format import dumps_state
 from distrib.training import keras_io
 from distrib.training.architecture import describe
-from distrib.training.serialization import SerializationError, importable_path
+from distrib.training.serialization import importable_path
 
 __all__ = ["save_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 
