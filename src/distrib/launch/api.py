@@ -18,38 +18,34 @@ Example:
 `_check_arguments`, `_base_environment`), give the tasks' store its secret
 (`_job_secret`), then per attempt pick ports (`_pick_ports`), start the tasks
 (`_start_tasks`), supervise them (`_supervise`), decide on a restart
-(`_restart_after_failure`), and report (`_Report`).
+(`distrib.launch.restarts`), and report (`distrib.launch.report`).
 """
 from __future__ import annotations
 
 import os
 import queue
-import signal
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
-from distrib.error_report import short_cause
-from distrib.process.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
-                                       describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
-from distrib.process.ports import reserve_ports
-from distrib.launch.result import LaunchResult, LaunchTimeoutError
+from distrib.launch.report import LaunchReport
+from distrib.launch.restarts import restart_after_failure
+from distrib.launch.result import LaunchResult
 from distrib.launch.signals import InterruptState, catch_signals
-from distrib.process.spawn import python_command
 from distrib.launch.supervisor import Outcome, TaskGroup, TaskLaunch
+from distrib.process.ports import reserve_ports
+from distrib.process.spawn import python_command
 
 __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 
 #: Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
 #: preempted task to save its checkpoint.
 DEFAULT_GRACE_SECONDS = 10.0
-
-_PREFIX = "distrib launch: "
 
 _Cluster = Dict[str, List[str]]
 
@@ -134,21 +130,21 @@ def launch(
     _check_arguments(target, module, cwd, max_restarts, timeout)
     router = OutputRouter(output)
     base_env = _job_secret(_base_environment(router, env, verbose), plan)
-    command = python_command(target, [str(a) for a in args], module=module, python=python)
+    job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
+               base_env, cwd, grace_seconds)
     deadline = None if timeout is None else time.monotonic() + timeout
-    report = _Report(router, timeout)
+    report = LaunchReport(router, timeout)
     events: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
     with catch_signals(events) as interrupts:
         while True:
             report.check_time_left(deadline)
-            tasks, cluster, local_training = _pick_ports(plan, host)
-            group = _start_tasks(tasks, cluster, local_training, command, base_env, report,
-                                 events, interrupts, grace_seconds, cwd)
+            attempt = _pick_ports(plan, host)
+            group = _start_tasks(job, attempt, report, events, interrupts)
             outcome, running, stopped = _supervise(group, deadline, grace_seconds, interrupts)
             report.result.tasks = group.statuses()
             if outcome.kind in ("success", "signal", "timeout"):
                 return report.ended(outcome, running, stopped)
-            if not _restart_after_failure(outcome, stopped, report, max_restarts):
+            if not restart_after_failure(outcome, stopped, report, max_restarts):
                 return report.finish()
 
 
@@ -229,34 +225,52 @@ def _job_secret(base_env: Dict[str, str], plan: _Plan) -> Dict[str, str]:
 
 # -- pick ports, start the tasks, supervise them --------------------------------------------------
 
-def _pick_ports(plan: _Plan, host: str) -> Tuple[Sequence[TaskSpec], _Cluster, int]:
-    """This attempt's tasks, their cluster (fresh free ports unless fixed) and how many train here."""
+@dataclass(frozen=True)
+class _Job:
+    """What every attempt starts the same way: the command, its base environment and directory."""
+
+    command: List[str]
+    base_env: Mapping[str, str]
+    cwd: Optional[str]
+    grace_seconds: float
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One attempt's tasks, their cluster and how many of them train on this node."""
+
+    tasks: Sequence[TaskSpec]
+    cluster: _Cluster
+    local_training: int
+
+
+def _pick_ports(plan: _Plan, host: str) -> _Attempt:
+    """This attempt's tasks and their cluster: fresh free ports, unless the cluster is fixed."""
     if plan.node_cluster is not None:
-        return plan.node_tasks, plan.node_cluster, len(plan.node_tasks)
+        return _Attempt(plan.node_tasks, plan.node_cluster, len(plan.node_tasks))
     tasks = plan.layout.tasks()
     cluster = build_cluster(plan.layout, host, reserve_ports(len(tasks), host))
-    return tasks, cluster, len(plan.layout.training_tasks())
+    return _Attempt(tasks, cluster, len(plan.layout.training_tasks()))
 
 
-def _start_tasks(tasks: Sequence[TaskSpec], cluster: _Cluster, local_training: int,
-                 command: List[str], base_env: Mapping[str, str], report: "_Report",
-                 events: "queue.SimpleQueue[Any]", interrupts: InterruptState,
-                 grace_seconds: float, cwd: Optional[str]) -> TaskGroup:
+def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
+                 events: "queue.SimpleQueue[Any]", interrupts: InterruptState) -> TaskGroup:
     """The group of this attempt's tasks, each with its own ``TF_CONFIG`` (started by `_supervise`)."""
     router = report.router
     launches = []
-    for task in tasks:
-        task_env = task_environment(base_env, cluster, task, num_training_tasks=local_training,
+    for task in attempt.tasks:
+        task_env = task_environment(job.base_env, attempt.cluster, task,
+                                    num_training_tasks=attempt.local_training,
                                     restart_count=report.result.restarts)
         columns = router.task_columns(task.name)  # the terminal width less the task's line prefix
         if columns is not None:
             task_env["COLUMNS"] = str(columns)
-        launches.append(TaskLaunch(task, command, task_env))
+        launches.append(TaskLaunch(task, job.command, task_env))
     router.forget_errors()
     report.log("starting " + ", ".join(
-        f"{t.name} ({cluster[t.task_type][t.task_index]})" for t in tasks))
+        f"{t.name} ({attempt.cluster[t.task_type][t.task_index]})" for t in attempt.tasks))
     return TaskGroup(launches, router=router, events=events, interrupts=interrupts,
-                     grace_seconds=grace_seconds, cwd=cwd)
+                     grace_seconds=job.grace_seconds, cwd=job.cwd)
 
 
 def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float,
@@ -277,118 +291,3 @@ def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float
     if interrupts.signum is not None and outcome.kind != "success":
         outcome = Outcome("signal", signum=interrupts.signum)
     return outcome, running, stopped
-
-
-# -- restart decisions ----------------------------------------------------------------------------
-
-def _restart_after_failure(outcome: Outcome, stopped: List[TaskSpec], report: "_Report",
-                           max_restarts: int) -> bool:
-    """Record a failed or preempted attempt; True when the group starts again."""
-    assert outcome.task is not None and outcome.returncode is not None
-    preempted = outcome.kind == "preempted"
-    failure = _describe_failure(outcome.task, outcome.returncode)
-    report.result.failures.append(failure)
-    cause = report.last_error(outcome.task, outcome.returncode)
-    said = f"{failure} ({cause})" if cause and not preempted else failure
-    restarting = _count_restart(report.result, preempted, max_restarts)
-    if restarting:
-        report.log(f"{said}; {restarting}")
-        return True
-    report.log(f"{said}; {_others(len(stopped))}{_giving_up(preempted, max_restarts)}")
-    report.result.returncode = EXIT_TASK_FAILED
-    return False
-
-
-def _count_restart(result: LaunchResult, preempted: bool, max_restarts: int) -> Optional[str]:
-    """Count one more restart in ``result`` and say which, or ``None`` when none is left.
-
-    Preemptions have their own allowance (`MAX_PREEMPTION_RESTARTS`); the
-    other restarts are the ones ``max_restarts`` limits.
-    """
-    if preempted:
-        if result.preemption_restarts >= MAX_PREEMPTION_RESTARTS:
-            return None
-        result.preemption_restarts += 1
-        result.restarts += 1
-        return "restarting all tasks (not counted against max restarts)"
-    counted = result.restarts - result.preemption_restarts
-    if counted >= max_restarts:
-        return None
-    result.restarts += 1
-    return f"restarting all tasks (restart {counted + 1} of {max_restarts})"
-
-
-def _giving_up(preempted: bool, max_restarts: int) -> str:
-    if preempted:
-        return f"; giving up after {MAX_PREEMPTION_RESTARTS} preemption restarts"
-    if max_restarts:
-        return f"; giving up after {max_restarts} restart{'s' if max_restarts != 1 else ''}"
-    return ""
-
-
-def _describe_failure(task: TaskSpec, returncode: int) -> str:
-    failure = f"{task.name} {describe_returncode(returncode)}"
-    if returncode == -signal.SIGTERM:  # the launcher's own SIGTERMs are never failures
-        failure += (" from outside distrib launch (preempted? BackupAndRestore saves and "
-                    "restarts on SIGTERM during fit, and exits with 0 once fit completed)")
-    return failure
-
-
-def _others(count: int) -> str:
-    if count == 0:
-        return "no other task was running"
-    return "stopped the other task" if count == 1 else f"stopped the other {count} tasks"
-
-
-# -- report ---------------------------------------------------------------------------------------
-
-class _Report:
-    """The launcher's own lines and the `LaunchResult` they go with."""
-
-    def __init__(self, router: OutputRouter, timeout: Optional[float]) -> None:
-        self.router = router
-        self.timeout = timeout
-        self.result = LaunchResult(returncode=EXIT_TASK_FAILED)
-
-    def log(self, message: str) -> None:
-        self.router.launcher_line(_PREFIX + message)
-
-    def finish(self) -> LaunchResult:
-        self.result.outputs = self.router.outputs()
-        self.result.output = self.router.combined()
-        return self.result
-
-    def last_error(self, task: TaskSpec, returncode: int) -> Optional[str]:
-        """The task's last stderr line: distrib's one-line error or the traceback's last line."""
-        cause = self.router.last_error_line(task.name) if returncode > 0 else None
-        return short_cause(cause, task.name) if cause else cause
-
-    def check_time_left(self, deadline: Optional[float]) -> None:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise self._timed_out(f"timed out after {self.timeout:g} s before restart "
-                                  f"{self.result.restarts}")
-
-    def ended(self, outcome: Outcome, running: List[str], stopped: List[TaskSpec]) -> LaunchResult:
-        """The result of an attempt that ended the launch: success, a signal or the timeout."""
-        if outcome.kind == "success":
-            self.result.returncode = 0
-            return self.finish()
-        if outcome.kind == "signal":
-            return self._signalled(outcome.signum or 0, stopped)
-        raise self._timed_out(f"timed out after {self.timeout:g} s; stopped "
-                              f"{', '.join(running) if running else 'no running task'}")
-
-    def _signalled(self, signum: int, stopped: List[TaskSpec]) -> LaunchResult:
-        self.log(f"received {signal_name(signum)}; stopped {len(stopped)} running "
-                 f"task{'s' if len(stopped) != 1 else ''}")
-        self.result.returncode = signal_exit_code(signum)
-        self.result.failures.append(f"launcher received {signal_name(signum)}")
-        self.finish()
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        return self.result
-
-    def _timed_out(self, message: str) -> LaunchTimeoutError:
-        self.log(message)
-        self.result.failures.append(message)
-        return LaunchTimeoutError(_PREFIX + message, self.finish())
