@@ -50,6 +50,7 @@ from distrib.training.predict_output import assemble, concat, rows_of
 from distrib.training.serialization import to_spec
 from distrib.training.stop_agreement import may_stop_during_epoch
 from distrib.training.step_loop import PREDICT, TEST, TRAIN, default_log_every, run_steps
+from distrib.utils.pending_restore import PendingRestore
 
 __all__ = ["TrainingLoop"]
 
@@ -89,7 +90,7 @@ class TrainingLoop:
         self.compiled_metrics: Optional[CompiledMetrics] = None
         self.loss_tracker = LossTracker(strategy)
         #: Metric state restored before the metrics were built (applied on the first batch).
-        self.pending_metric_state: Optional[Dict[str, Any]] = None
+        self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
 
     # ----------------------------------------------------------- compile
     @property
@@ -137,8 +138,7 @@ class TrainingLoop:
         self.loss_tracker = LossTracker(self.strategy)
         self.steps_per_execution = steps_per_execution
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
-        if self.pending_metric_state is not None:
-            self.apply_metric_state(self.pending_metric_state)
+        self.metric_restore.apply(self.apply_metric_state)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
         """The compile arguments as JSON specs (see `distrib.training.serialization`)."""

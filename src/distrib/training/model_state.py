@@ -79,17 +79,21 @@ def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
                                    "aggregated": bool(state.get("metrics_aggregated", False))})
 
 
-def apply_metric_state(loop: "TrainingLoop", pending: Dict[str, Any]) -> None:
-    """Restore metric states now, or when the metrics are built (multi-output models, first batch)."""
-    zero = pending["aggregated"] and loop.strategy.replica_id != 0
-    states = pending["metrics"]
+def apply_metric_state(loop: "TrainingLoop", saved: Dict[str, Any]) -> None:
+    """Restore metric states now, or hold them in ``loop.metric_restore`` until the metrics are built.
+
+    Metrics are built on the first batch (multi-output models), and compile
+    makes new ones: both take the held state with ``loop.metric_restore.apply``.
+    """
+    zero = saved["aggregated"] and loop.strategy.replica_id != 0
+    states = saved["metrics"]
     if "loss" in states:
         loop.loss_tracker.load_state_dict(states["loss"], zero=zero)
     compiled = loop.compiled_metrics
     if compiled is not None and not compiled.built:
-        loop.pending_metric_state = pending
+        loop.metric_restore.hold(saved)
         return
-    loop.pending_metric_state = None
+    loop.metric_restore.hold(None)
     for _, name, metric in (compiled.entries if compiled is not None else []):
         if states.get(name) is not None and hasattr(metric, "load_state_dict"):
             metric.load_state_dict(_zeroed(states[name]) if zero else states[name])

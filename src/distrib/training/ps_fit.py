@@ -49,6 +49,7 @@ import torch
 from distrib.training import steps as step_fns
 from distrib.training.callback_setup import make_callback_list, resolve_verbose
 from distrib.training.loss_tracker import LossTracker
+from distrib.utils.pending_restore import PendingRestore
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.training.model import Model
@@ -86,7 +87,7 @@ class _StepModel:
         self.compiled_loss = loop.compiled_loss
         self.compiled_metrics = loop.compiled_metrics
         self.loss_tracker = LossTracker(loop.strategy)
-        self.pending_metric_state = None
+        self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
         self.loss_scale_optimizer = None
         #: The chief's buffers (BatchNorm statistics, ...) when the closure is scheduled.
         self.buffers: Dict[str, torch.Tensor] = {}
@@ -210,8 +211,7 @@ def _build_on_chief(model: "Model", dataset_fn: Any) -> None:
         y_pred = step_fns.call_module(model.loop, x)
         if metrics is not None and not metrics.built:
             metrics.build(y_pred)
-            if model.loop.pending_metric_state is not None:
-                model.loop.apply_metric_state(model.loop.pending_metric_state)
+            model.loop.metric_restore.apply(model.loop.apply_metric_state)
     strategy._place_pending()
 
 

@@ -264,7 +264,6 @@ def _update_metrics(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any) -> None:
         return
     if not metrics.built:
         metrics.build(y_pred)
-        if loop.pending_metric_state is not None:
-            loop.apply_metric_state(loop.pending_metric_state)
+        loop.metric_restore.apply(loop.apply_metric_state)
     with torch.no_grad():
         metrics.update_state(y, map_structure(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, y_pred), sw)
