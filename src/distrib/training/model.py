@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from distrib.strategies import context
+from distrib.strategies import default
 from distrib.training import model_state
 from distrib.training.loop import TrainingLoop
 from distrib.training.loop_state import TrainLoopState
@@ -76,7 +76,7 @@ class Model:
                              f"got {builder!r}")
         if builder_kwargs is not None:
             to_spec(builder_kwargs, "builder_kwargs")  # fails early if not JSON-describable
-        strategy = context.get_strategy()
+        strategy = default.get_strategy()
         strategy.track_module(module)
         self.builder = builder
         self.builder_kwargs = dict(builder_kwargs or {})
