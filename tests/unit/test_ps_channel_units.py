@@ -238,7 +238,7 @@ def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["10.255.1.1:2222"], "worker": ["10.255.1.2:2222"], "ps": ["10.255.1.3:2222"]},
         "task": {"type": "worker", "index": 0}}))
-    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0)
+    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0, handlers={})
     with pytest.raises(ChannelConfigError) as refused:
         runtime.start()
     line = str(refused.value)

@@ -66,17 +66,13 @@ class ClusterCoordinator:
     def __init__(self, strategy: "Strategy") -> None:
         if getattr(strategy, "_coordinator", None) is self:
             return
-        from distrib.strategies.parameter_server import ParameterServerStrategy
-
-        if not isinstance(strategy, ParameterServerStrategy):
+        parts = getattr(strategy, "coordinator_parts", None)
+        if parts is None:
             raise TypeError(f"ClusterCoordinator needs a ParameterServerStrategy, got {type(strategy).__name__}")
-        if strategy._runtime is None:
-            raise RuntimeError(f"ClusterCoordinator runs on the chief, but this process is "
-                               f"{strategy.cluster_resolver.describe()}")
+        runtime, definitions, apply_metric_deltas = parts()
         self._strategy = strategy
         self._lock = threading.Lock()
-        self._dispatcher = Dispatcher(strategy._runtime, strategy.cluster.worker_ids,
-                                      strategy._exporter.definitions, strategy._apply_metric_deltas)
+        self._dispatcher = Dispatcher(runtime, strategy.cluster.worker_ids, definitions, apply_metric_deltas)
         strategy._coordinator = self
 
     @property

@@ -49,6 +49,7 @@ from distrib.strategies.interface import Strategy, StrategyBoundState
 from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.handlers import role_handlers
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
 from distrib.strategies.parameter_server.runtime import Runtime
 from distrib.strategies.parameter_server.serve import serve_forever_and_exit
@@ -102,7 +103,7 @@ class ParameterServerStrategy(Strategy):
         role = cluster.task.task_type
         if role == "evaluator":
             return
-        runtime = Runtime(cluster, self._communication_options.timeout)
+        runtime = Runtime(cluster, self._communication_options.timeout, role_handlers(role))
         runtime.start()
         if role != "chief":
             serve_forever_and_exit(runtime, self)  # a worker or ps task: TF's server.join()
@@ -261,6 +262,18 @@ class ParameterServerStrategy(Strategy):
 
     def _place_pending(self) -> None:
         self._require_chief("schedule").place_pending()
+
+    def coordinator_parts(self) -> Tuple[Runtime, Dict[int, Any], Callable[..., None]]:
+        """What a `ClusterCoordinator` dispatches with: the channel, the exported definitions and the
+        function that adds a closure's metric changes to the chief's metrics.
+
+        Raises:
+            RuntimeError: on a task that is not the chief (an evaluator).
+        """
+        if self._runtime is None or self._exporter is None:
+            raise RuntimeError(f"ClusterCoordinator runs on the chief, but this process is "
+                               f"{self.cluster_resolver.describe()}")
+        return self._runtime, self._exporter.definitions, self._apply_metric_deltas
 
     # ---------------------------------------------------------- execution
     def step_scheduler(self) -> Optional[StepScheduler]:
