@@ -30,7 +30,12 @@ Options (defaults are the tutorial's): ``--epochs``, ``--batch-size-per-replica`
 ``--train-examples``/``--test-examples`` (a prefix of each split),
 ``--checkpoint-dir``, ``--seed`` (seeds torch and the shuffle, for reproducible
 runs), ``--strategy mirrored|multi_worker`` (default: ``multi_worker`` when
-``TF_CONFIG`` is set, as under ``distrib launch``).
+``TF_CONFIG`` is set, as under ``distrib launch``). Two options exist for the
+number-by-number comparison with TensorFlow's run of the tutorial
+(``tests/tf_reference/tutorial_custom_training_tf.py``):
+``--shuffle-buffer 1`` keeps the data in order, ``--initial-weights-seed N``
+starts from the seeded weights TensorFlow's run starts from
+(`distrib.testing.seeded_weights`).
 """
 import argparse
 import os
@@ -49,6 +54,8 @@ parser.add_argument("--train-examples", type=int, default=None)
 parser.add_argument("--test-examples", type=int, default=None)
 parser.add_argument("--checkpoint-dir", default="./training_checkpoints")
 parser.add_argument("--seed", type=int, default=None)
+parser.add_argument("--shuffle-buffer", type=int, default=None)
+parser.add_argument("--initial-weights-seed", type=int, default=None)
 args = parser.parse_args()
 if args.seed is not None:
   torch.manual_seed(args.seed)
@@ -90,7 +97,7 @@ if strategy.is_chief:
 
 # ## Setup input pipeline
 
-BUFFER_SIZE = len(train_images)
+BUFFER_SIZE = args.shuffle_buffer or len(train_images)
 
 BATCH_SIZE_PER_REPLICA = args.batch_size_per_replica
 GLOBAL_BATCH_SIZE = BATCH_SIZE_PER_REPLICA * strategy.num_replicas_in_sync
@@ -176,8 +183,11 @@ with strategy.scope():
 # A model, an optimizer, and a checkpoint must be created under `strategy.scope`.
 with strategy.scope():
   model = create_model()
+  if args.initial_weights_seed is not None:  # the weights TensorFlow's reference run starts from
+    from distrib.testing.seeded_weights import seeded_weights
+    seeded_weights(model, args.initial_weights_seed)
 
-  optimizer = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)  # Keras's Adam epsilon
+  optimizer = distrib.optimizers.KerasAdam(model.parameters())  # tf.keras.optimizers.Adam(): Keras's update rule
 
   checkpoint = distrib.train.Checkpoint(optimizer=optimizer, model=model)
 
@@ -257,7 +267,7 @@ eval_accuracy = distrib.metrics.SparseCategoricalAccuracy(
     name='eval_accuracy')
 
 new_model = create_model()
-new_optimizer = torch.optim.Adam(new_model.parameters(), lr=0.001, eps=1e-7)
+new_optimizer = distrib.optimizers.KerasAdam(new_model.parameters())
 
 test_dataset = distrib.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(GLOBAL_BATCH_SIZE)
 

@@ -12,6 +12,10 @@ Differences from the TF original, all forced by the environment or by PyTorch:
   channels first ``(1, 28, 28)`` as PyTorch's ``Conv2d`` expects.
   ``TUTORIAL_EXAMPLES`` / ``TUTORIAL_EPOCHS`` shorten the run (tests use
   them); files go to the current directory as in the tutorial.
+* For the number-by-number comparison with TensorFlow's run
+  (``tests/tf_reference/tutorial_keras_tf.py``): ``TUTORIAL_BUFFER_SIZE=1``
+  keeps the data in order, ``TUTORIAL_WEIGHTS_SEED`` starts from the seeded
+  weights TensorFlow's run starts from (`distrib.testing.seeded_weights`).
 * ``tf.distribute.MirroredStrategy()`` takes every GPU; on a CPU-only machine
   ``DISTRIB_LOCAL_DEVICES=cpu:0,cpu:1`` gives it two CPU replicas.
 * ``!ls`` cells become prints of the directory listings (chief only).
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 
 import distrib
+from distrib.testing.seeded_weights import seeded_weights_from_env
 
 EXAMPLES = int(os.environ.get("TUTORIAL_EXAMPLES", 60000))
 
@@ -41,7 +46,7 @@ print('Number of devices: {}'.format(strategy.num_replicas_in_sync))
 num_train_examples = len(x_train[:EXAMPLES])
 num_test_examples = len(x_test[:EXAMPLES])
 
-BUFFER_SIZE = 10000
+BUFFER_SIZE = int(os.environ.get("TUTORIAL_BUFFER_SIZE", 10000))
 
 BATCH_SIZE_PER_REPLICA = 64
 BATCH_SIZE = BATCH_SIZE_PER_REPLICA * strategy.num_replicas_in_sync
@@ -67,6 +72,7 @@ with strategy.scope():
       torch.nn.Linear(32 * 13 * 13, 64), torch.nn.ReLU(),  # Dense(64, activation='relu')
       torch.nn.Linear(64, 10)                              # Dense(10)
   ))
+  seeded_weights_from_env(model)     # tests only: TensorFlow's initial weights (see the docstring)
 
   model.compile(loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True),
                 optimizer=distrib.optimizers.Adam(),

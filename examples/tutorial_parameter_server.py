@@ -20,6 +20,12 @@ inside the input pipeline. distrib's pipelines carry tensors, so the idiom
 here is a Python dict looked up once, when the examples are turned into
 tensors (``feature_ids[word]``); out-of-vocabulary words get id 0, as with
 ``StringLookup(num_oov_indices=1)``.
+
+For the number-by-number comparison with TensorFlow's run
+(``tests/tf_reference/tutorial_parameter_server_tf.py``, one worker):
+``TUTORIAL_BUFFER_SIZE=1`` keeps every dataset in order and
+``TUTORIAL_WEIGHTS_SEED`` starts both models from the seeded weights
+TensorFlow's run starts from (`distrib.testing.seeded_weights`).
 """
 import os
 import random
@@ -28,11 +34,17 @@ import tempfile
 import torch
 
 import distrib
+from distrib.testing.seeded_weights import seeded_weights_from_env
 
 NUM_WORKERS = int(os.environ.get("TUTORIAL_PS_WORKERS", 3))
 NUM_PS = 2
 FIT_EPOCHS = int(os.environ.get("TUTORIAL_PS_FIT_EPOCHS", 5))
 CTL_EPOCHS = int(os.environ.get("TUTORIAL_PS_CTL_EPOCHS", 4))
+
+
+def buffer_size(tutorial_value):
+  """The tutorial's shuffle buffer, or ``TUTORIAL_BUFFER_SIZE`` (tests: 1 keeps the data in order)."""
+  return int(os.environ.get("TUTORIAL_BUFFER_SIZE", tutorial_value))
 
 # ---------------------------------------------------------------- Set up the cluster
 if "TF_CONFIG" in os.environ:
@@ -63,7 +75,7 @@ def dataset_fn(input_context):
   # each of the 10 outputs (targets (64,) are expanded to (64, 1), as tf.keras 2's fit did).
   y = torch.rand((10,), generator=generator)
 
-  dataset = distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(10).repeat()
+  dataset = distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(buffer_size(10)).repeat()
   dataset = dataset.shard(
       input_context.num_input_pipelines,
       input_context.input_pipeline_id)
@@ -78,6 +90,9 @@ dc = distrib.data.experimental.DatasetCreator(dataset_fn)
 # input size: fit builds it from the first batch before the variables go to the ps tasks.
 with strategy.scope():
   model = distrib.Model(torch.nn.Sequential(torch.nn.LazyLinear(10)))
+  if os.environ.get("TUTORIAL_WEIGHTS_SEED"):  # tests only: built for 10 features, TensorFlow's initial weights
+    model(torch.zeros(1, 10))
+    seeded_weights_from_env(model)
 
   model.compile(distrib.optimizers.SGD(), loss="mse", steps_per_execution=10)
 
@@ -129,7 +144,7 @@ def dataset_fn(_):
 
   train_dataset = raw_dataset.map(
       lambda x: ({"features": x["features"]}, x["label"])
-  ).shuffle(200).batch(32).repeat()
+  ).shuffle(buffer_size(200)).batch(32).repeat()
   return train_dataset
 
 
@@ -150,11 +165,11 @@ class Model(torch.nn.Module):
 
 
 with strategy.scope():
-  model = Model()
-  # Keras's RMSprop(rho=0.9, epsilon=1e-7). The tutorial's learning rate 0.1 saturates this
-  # 16384-wide model with torch's RMSprop (its running average starts at zero) under
-  # asynchronous updates; 0.001 trains as the tutorial shows.
-  optimizer = torch.optim.RMSprop(model.parameters(), lr=0.001, alpha=0.9, eps=1e-7)
+  model = seeded_weights_from_env(Model())   # (tests only: TensorFlow's initial weights)
+  # Keras's RMSprop (rho=0.9, epsilon=1e-7 inside the square root). The tutorial's learning
+  # rate 0.1 saturates this 16384-wide model under asynchronous updates; 0.001 trains as
+  # the tutorial shows.
+  optimizer = distrib.optimizers.KerasRMSprop(model.parameters(), lr=0.001)
   accuracy = distrib.metrics.Accuracy()
 
 print(strategy.variable_placement(model.emb_layer.weight))   # the partitioner split it over the 2 ps
@@ -241,7 +256,7 @@ def eval_step(iterator):
 def eval_dataset_fn(_):
   return distrib.data.Dataset.from_tensor_slices(
       {"features": feature_tensor, "label": label_tensor}).map(
-          lambda x: ({"features": x["features"]}, x["label"])).shuffle(16).repeat().batch(8)
+          lambda x: ({"features": x["features"]}, x["label"])).shuffle(buffer_size(16)).repeat().batch(8)
 
 per_worker_eval_dataset = coordinator.create_per_worker_dataset(
     lambda: strategy.distribute_datasets_from_function(eval_dataset_fn))

@@ -27,6 +27,11 @@ Differences from the TF original, all forced by the environment or by PyTorch:
   and output come from replica 0 (`distrib.strategies.replica_process`).
 * A torch module becomes a Keras-style model by wrapping it:
   ``distrib.Model(module)``.
+* For the number-by-number comparison with TensorFlow's run
+  (``tests/tf_reference/tutorial_save_and_load_tf.py``):
+  ``TUTORIAL_BUFFER_SIZE=1`` keeps the data in order, ``TUTORIAL_WEIGHTS_SEED``
+  starts every model from the seeded weights TensorFlow's run starts from
+  (`distrib.testing.seeded_weights`).
 """
 import os
 
@@ -34,6 +39,7 @@ import numpy as np
 import torch
 
 import distrib
+from distrib.testing.seeded_weights import seeded_weights_from_env
 
 OUT = os.environ.get("TUTORIAL_DIR", "/tmp")
 EXAMPLES = int(os.environ.get("TUTORIAL_EXAMPLES", 60000))
@@ -53,7 +59,7 @@ def get_data():
   mnist_train = distrib.data.Dataset.from_tensor_slices((x_train[:EXAMPLES, None], y_train[:EXAMPLES]))
   mnist_test = distrib.data.Dataset.from_tensor_slices((x_test[:EXAMPLES, None], y_test[:EXAMPLES]))
 
-  BUFFER_SIZE = 10000
+  BUFFER_SIZE = int(os.environ.get("TUTORIAL_BUFFER_SIZE", 10000))
 
   BATCH_SIZE_PER_REPLICA = 64
   BATCH_SIZE = BATCH_SIZE_PER_REPLICA * mirrored_strategy.num_replicas_in_sync
@@ -78,6 +84,7 @@ def get_model():
         torch.nn.Flatten(),                            # Flatten()
         torch.nn.Linear(32 * 13 * 13, 64), torch.nn.ReLU(),  # Dense(64, activation='relu')
         torch.nn.Linear(64, 10)))                      # Dense(10)
+    seeded_weights_from_env(model)                     # tests only: TensorFlow's initial weights
 
     model.compile(loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True),
                   optimizer=distrib.optimizers.Adam(),
@@ -164,6 +171,7 @@ class SubclassedModel(torch.nn.Module):
 
 
 my_model = SubclassedModel()
+seeded_weights_from_env(my_model)                      # tests only: TensorFlow's initial weights
 try:
   distrib.saved_model.save(my_model, os.path.join(OUT, 'subclassed'))
 except distrib.saved_model.ExportError as e:

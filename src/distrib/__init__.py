@@ -42,7 +42,7 @@ _LAZY_ATTRS = {
     "InputContext": ("distrib.data.input_context", "InputContext"),
     "Strategy": ("distrib.strategies.interface", "Strategy"),
     "get_replica_context": ("distrib.strategies.context", "get_replica_context"),
-    "get_strategy": ("distrib.strategies.context", "get_strategy"),
+    "get_strategy": ("distrib.strategies.default", "get_strategy"),
     "has_strategy": ("distrib.strategies.context", "has_strategy"),
     "in_cross_replica_context": ("distrib.strategies.context", "in_cross_replica_context"),
     "DefaultStrategy": ("distrib.strategies.default", "DefaultStrategy"),

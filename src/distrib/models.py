@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distrib.training.saving import load_model
+from distrib.training.loading import load_model
 
 __all__ = ["load_model", "save_model"]
 

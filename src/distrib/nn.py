@@ -24,7 +24,8 @@ from typing import Optional, Union
 import torch
 
 from distrib.errors import DistribError
-from distrib.strategies.context import get_replica_context, get_strategy, has_strategy, in_cross_replica_context
+from distrib.strategies.context import get_replica_context, has_strategy, in_cross_replica_context
+from distrib.strategies.default import get_strategy
 
 __all__ = ["compute_average_loss", "scale_regularization_loss", "CrossReplicaContextError"]
 

@@ -17,7 +17,8 @@ build ``torch.nn.Module`` subclasses or call registered / given functions.
 """
 from distrib.saved_model.options import LoadOptions, SaveOptions
 from distrib.training.registry import get_registered_name, get_registered_object, register_serializable
-from distrib.training.saving import load_model, save_model
+from distrib.training.loading import load_model
+from distrib.training.saving import save_model
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "load_model",
            "save_model", "SaveOptions", "LoadOptions"]

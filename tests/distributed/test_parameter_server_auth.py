@@ -90,19 +90,18 @@ def scenario_stranger(marker_dir: str = "") -> None:
 
     strategy, coordinator, step_fn = linear_job()
     first = float(coordinator.fetch(coordinator.schedule(step_fn)))
-    runtime = strategy._runtime
     tls = tls_from_env()
     out = {"refused": {}, "first": first}
     evil = lambda name: pickle.dumps(_Evil(os.path.join(marker_dir, name)))  # noqa: E731
     secret = job_secret() or cluster_secret("127.0.0.1")
-    chief_host, store_port = runtime.cluster.chief_address
+    chief_host, store_port = strategy.cluster.chief_address
     with socket.create_connection((chief_host, store_port), timeout=10) as sock:   # the store's port
         sock.sendall(evil("store-raw") * 4)
 
     tasks = {"chief": (0, TaskInfo("chief", 0)), "worker": (1, TaskInfo("worker", 0)), "ps": (2, TaskInfo("ps", 0))}
     for job, (rank, task) in tasks.items():
-        port = int(runtime._store.get(f"distrib/ps/grpc_port/{rank}"))
-        address = f"127.0.0.1:{port}"
+        address = strategy.channel_address(task.task_type, task.task_id)
+        port = int(address.rpartition(":")[2])
         calls = {
             "chief": ("distrib.strategies.parameter_server.runtime:ping", ()),
             "worker": ("distrib.strategies.parameter_server.worker:run_closure", ([], evil(f"{job}-closure"), {})),
@@ -148,8 +147,8 @@ def scenario_stranger(marker_dir: str = "") -> None:
                 out["refused"][f"{job}/replayed"] = "ANSWERED"
             except grpc.RpcError as exc:
                 out["refused"][f"{job}/replayed"] = exc.code().name
-            other_rank = (rank + 1) % 3
-            other = grpc.insecure_channel(f"127.0.0.1:{int(runtime._store.get(f'distrib/ps/grpc_port/{other_rank}'))}")
+            other_task = list(tasks.values())[(rank + 1) % 3][1]
+            other = grpc.insecure_channel(strategy.channel_address(other_task.task_type, other_task.task_id))
             try:
                 other.unary_unary(METHOD)(ping, timeout=10, metadata=((TOKEN_HEADER, auth.sign(METHOD, str(task), ping)),))
                 out["refused"][f"{job}/sent_elsewhere"] = "ANSWERED"
@@ -159,11 +158,11 @@ def scenario_stranger(marker_dir: str = "") -> None:
             raw.close()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:   # not even HTTP/2
             sock.sendall(b"\x80\x04" + evil(f"{job}-raw") * 4)
-    updates_before = runtime.call(TaskInfo("ps", 0), ps_server.inventory)["updates"]
+    updates_before = strategy.ps_inventory(0)["updates"]
     losses = [coordinator.schedule(step_fn) for _ in range(40)]
     coordinator.join()
     out["last"] = float(losses[-1].fetch())
-    out["updates"] = [updates_before, runtime.call(TaskInfo("ps", 0), ps_server.inventory)["updates"]]
+    out["updates"] = [updates_before, strategy.ps_inventory(0)["updates"]]
     print("RESULT " + json.dumps(out), flush=True)
 
 

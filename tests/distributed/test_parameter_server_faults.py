@@ -68,11 +68,11 @@ def _setup(partitioned: bool = False):
 
     best = torch.linalg.lstsq(x, y).solution
     optimal = ((x @ best - y) ** 2).mean().item()
-    return strategy, coordinator, iterator, step_fn, full_mse, optimal
+    return strategy, coordinator, iterator, step_fn, full_mse, optimal, model
 
 
 def scenario_worker_killed() -> None:
-    strategy, coordinator, iterator, step_fn, full_mse, optimal = _setup()
+    strategy, coordinator, iterator, step_fn, full_mse, optimal, model = _setup()
     initial = full_mse()
     for _ in range(20):
         coordinator.schedule(step_fn, args=(iterator,))
@@ -96,7 +96,7 @@ def scenario_worker_killed() -> None:
 def scenario_ps_killed() -> None:
     from distrib.coordinator import CancelledError, UnavailableError
 
-    strategy, coordinator, iterator, step_fn, full_mse, optimal = _setup()
+    strategy, coordinator, iterator, step_fn, full_mse, optimal, model = _setup()
     for _ in range(10):
         coordinator.schedule(step_fn, args=(iterator,))
     coordinator.join()
@@ -118,7 +118,7 @@ def scenario_ps_killed() -> None:
             errors.add(type(exc).__name__)
     out["fetch_errors"] = sorted(errors)
     try:
-        strategy.read_variable(next(iter(strategy._registry._params.values())))
+        strategy.read_variable(model.weight)
     except UnavailableError as exc:
         out["read"] = str(exc)
     print("RESULT " + json.dumps(out), flush=True)

@@ -81,6 +81,7 @@ def scenario_fit_in_process() -> None:
     history = model.fit(distrib.data.experimental.DatasetCreator(dataset_fn), epochs=4, steps_per_epoch=12,
                         validation_data=dataset_fn, validation_steps=2, validation_freq=2, verbose=0)
     evaluated = model.evaluate(dataset_fn, steps=4, return_dict=True, verbose=0)
+    executor = type(distrib.training.step_executor.executor_for(model.loop)).__name__     # the one loop's scheduled steps
     placement = sorted({d for p in model.module.parameters() for d in strategy.variable_placement(p)})
     updates = [strategy.ps_inventory(i)["updates"] for i in range(2)]
     no_steps = None
@@ -110,6 +111,7 @@ def scenario_fit_in_process() -> None:
                                   "tm_mae": history.history.get("mean_absolute_error"),
                                   "val_loss": history.history.get("val_loss"),
                                   "epochs": history.epoch, "children": children, "buffers": buffers,
+                                  "executor": executor,
                                   "lazy_error": lazy_error, "eval": evaluated, "final": full_mse(),
                                   "placement": placement, "updates": updates, "no_steps": no_steps}), flush=True)
 
@@ -184,7 +186,7 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     r = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
-    assert r["epochs"] == [0, 1, 2, 3]
+    assert r["epochs"] == [0, 1, 2, 3] and r["executor"] == "ScheduledExecutor"
     assert r["loss"][-1] < r["loss"][0] / 20, r["loss"]             # learns: y is linear in x
     assert r["mae"][-1] < r["mae"][0], r["mae"]
     assert r["r2"][0] < r["r2"][-1] and r["r2"][-1] > 0.9, r["r2"]   # R2Score builds its state on the workers

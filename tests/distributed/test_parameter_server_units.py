@@ -66,7 +66,7 @@ def test_functions_travel_by_value_and_shared_objects_by_reference():
     registered = []
     exporter = Exporter(strategy, registry, lambda obj: "per_worker" if isinstance(obj, PerWorkerValues) else None,
                         lambda key, opt: registered.append(key))
-    per_worker = iter(PerWorkerDataset._from_recipe(("call", lambda: [10, 20, 30])))
+    per_worker = iter(PerWorkerDataset.from_recipe(("call", lambda: [10, 20, 30])))
     offset = 5
 
     def step(it):
@@ -126,11 +126,11 @@ def test_ps_optimizer_shard_applies_updates_like_a_local_optimizer():
 
 def test_remote_value_waits_and_raises():
     value = RemoteValue()
-    threading.Timer(0.0, value._set, args=(torch.tensor(2.5),)).start()
+    threading.Timer(0.0, value.set_result, args=(torch.tensor(2.5),)).start()
     assert float(value.fetch()) == 2.5 and isinstance(value.get(), torch.Tensor)
     failed = RemoteValue()
-    failed._set_error(ValueError("nope"))
+    failed.set_exception(ValueError("nope"))
     with pytest.raises(ValueError, match="nope"):
         failed.fetch()
     with pytest.raises(TypeError, match="lives on the workers"):
-        next(iter(PerWorkerDataset._from_recipe(("call", list))))
+        next(iter(PerWorkerDataset.from_recipe(("call", list))))

@@ -3,14 +3,14 @@ import pytest
 import torch
 
 import distrib
-from distrib.strategies import one_device
+from distrib.strategies import devices
 from distrib.strategies.local_replicas import parse_replica_devices
-from distrib.strategies.one_device import parse_device
+from distrib.strategies.devices import parse_device
 
 
 @pytest.fixture
 def two_cores(monkeypatch):
-    monkeypatch.setattr(one_device.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def test_cpu_replica_names_up_to_the_core_count_are_kept(two_cores):
 
 
 def test_two_cpu_replicas_exist_even_on_one_core(monkeypatch):
-    monkeypatch.setattr(one_device.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert parse_replica_devices(["cpu:0", "cpu:1"])[0] == ["cpu:0", "cpu:1"]
 
 

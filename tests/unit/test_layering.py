@@ -13,7 +13,10 @@ Layers, bottom up (a module may import from its own layer and those below):
 * ``distrib.testing`` (test doubles and harness), imported by no package module.
 
 The rules are read from the source (every import, top-level or inside a
-function), so a lazy import that breaks a rule is caught too.
+function or ``if TYPE_CHECKING:``), so a lazy import that breaks a rule is
+caught too. No module imports itself through others (a circle is printed
+``a -> b -> a``); process-wide hooks, calls and decorators alike, go through
+``distrib.hooks``; a ``strategy`` parameter names its type, not ``Any``.
 """
 from __future__ import annotations
 
@@ -48,21 +51,28 @@ def _modules() -> Dict[str, pathlib.Path]:
     return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
 
 
+def _imported_module(target: str) -> str:
+    """The distrib module an import of ``target`` runs: ``target`` itself or, for a name, the module defining it."""
+    while target not in _modules() and "." in target:
+        target = target.rpartition(".")[0]
+    return target
+
+
 def _imports(name: str, path: pathlib.Path) -> Iterator[str]:
-    """Every distrib module ``name`` imports (relative imports resolved, ``from distrib import x`` -> distrib.x)."""
+    """Every distrib module ``name`` imports, anywhere in the file (inside functions and
+    ``if TYPE_CHECKING:`` too): relative imports resolved, ``from distrib.a import b`` ->
+    ``distrib.a.b`` when that is a module, else ``distrib.a``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.split(".")[0] == "distrib")
+            yield from (_imported_module(a.name) for a in node.names if a.name.split(".")[0] == "distrib")
         elif isinstance(node, ast.ImportFrom):
             target = node.module or ""
             if node.level:
                 base = package.split(".")[:len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
-            if target == "distrib":
-                yield from (f"distrib.{a.name}" for a in node.names)
-            elif target.startswith("distrib."):
-                yield target
+            if target == "distrib" or target.startswith("distrib."):
+                yield from sorted({_imported_module(f"{target}.{a.name}") for a in node.names})
 
 
 def _part_of(module: str, groups: Set[str]) -> bool:
@@ -110,18 +120,52 @@ _GLOBAL_HOOK_CALLS = {("signal", "signal"), ("atexit", "register"), ("faulthandl
 _GLOBAL_HOOK_ATTRS = {("sys", "excepthook"), ("threading", "excepthook"), ("sys", "unraisablehook")}
 
 
+def _names_hook_installer(node: ast.AST) -> bool:
+    """``atexit.register`` (and the like) as an expression: what a decorator or a call names."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and (node.value.id, node.attr) in _GLOBAL_HOOK_CALLS)
+
+
 def _installs_global_hook(node: ast.AST) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return any(_names_hook_installer(d) for d in node.decorator_list)  # @atexit.register
+    if isinstance(node, ast.ImportFrom):  # from atexit import register: a call that hides its module
+        return any((node.module, a.name) in _GLOBAL_HOOK_CALLS for a in node.names)
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name == "register_optimizer_step_pre_hook" or name.startswith("register_module_"):
             return True
-        return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                and (func.value.id, func.attr) in _GLOBAL_HOOK_CALLS)
+        return _names_hook_installer(func)
     if isinstance(node, ast.Assign):
         return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
                    and (t.value.id, t.attr) in _GLOBAL_HOOK_ATTRS for t in node.targets)
     return False
+
+
+def _hook_lines(source: str) -> List[int]:
+    return sorted(node.lineno for node in ast.walk(ast.parse(textwrap.dedent(source)))
+                  if _installs_global_hook(node))
+
+
+def test_the_hooks_rule_sees_calls_decorators_assignments_and_imported_installers():
+    assert _hook_lines("""
+        import atexit, signal, sys
+        from atexit import register
+        atexit.register(print)
+        @atexit.register
+        def bye():
+            pass
+        sys.excepthook = print
+        signal.signal(2, print)
+    """) == [3, 4, 6, 8, 9]  # a decorated function is named by its def line
+    assert _hook_lines("""
+        import functools
+        from signal import SIGTERM
+        @functools.lru_cache
+        def f():
+            return SIGTERM
+    """) == []
 
 
 def test_process_wide_hooks_are_installed_only_by_distrib_hooks():
@@ -195,3 +239,91 @@ def test_no_import_cycle_between_packages():
 
     cycles = sorted((a, b) for a, targets in graph.items() for b in targets if reaches(b, a))
     assert not cycles, f"packages importing each other (directly or through others): {cycles}"
+
+
+# Module import edges that still close a circle, in files another engineer owns this wave (the
+# training loop and the parameter server). The lead empties this list at merge; an entry whose
+# import is gone fails the test, so it only shrinks.
+_CIRCLE_EDGES_LEFT: Set[Tuple[str, str]] = set()
+
+
+def _module_graph() -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {}
+    for source, target in _edges():
+        if source != target and (source, target) not in _CIRCLE_EDGES_LEFT:
+            graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def _a_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or ``[]`` when it has none."""
+    done: Set[str] = set()
+    for root in sorted(graph):
+        path: List[str] = []
+        on_path: Set[str] = set()
+        todo = [(root, iter(sorted(graph.get(root, ()))))]
+        path.append(root)
+        on_path.add(root)
+        while todo:
+            node, targets = todo[-1]
+            target = next(targets, None)
+            if target is None:
+                todo.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif target in on_path:
+                return path[path.index(target):] + [target]
+            elif target not in done:
+                todo.append((target, iter(sorted(graph.get(target, ())))))
+                path.append(target)
+                on_path.add(target)
+    return []
+
+
+def test_the_circle_finder_finds_a_circle_and_names_it():
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_module_graph_sees_lazy_and_typing_only_imports():
+    edges = set(_edges())
+    assert ("distrib.strategies.base", "distrib.comm.grad_sync") in edges  # inside a method
+    assert ("distrib.strategies.replication", "distrib.comm.options") in edges  # if TYPE_CHECKING:
+
+
+def test_no_module_import_circle_lazy_and_typing_only_imports_included():
+    """No module imports itself through others, counting every import anywhere in the file."""
+    cycle = _a_cycle(_module_graph())
+    assert not cycle, "modules importing each other: " + " -> ".join(cycle)
+
+
+def test_the_circle_allow_list_names_only_imports_that_still_exist():
+    stale = sorted(_CIRCLE_EDGES_LEFT - set(_edges()))
+    assert not stale, f"these imports are gone: remove them from _CIRCLE_EDGES_LEFT: {stale}"
+
+
+# ``strategy: Any`` still in files another engineer (loop) owns this wave (the lead empties this at merge).
+_UNTYPED_STRATEGY_LEFT: Set[str] = set()
+
+
+def _untyped_strategies(tree: ast.AST) -> List[int]:
+    """Lines where a parameter named ``strategy`` is annotated ``Any``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "strategy" and node.annotation is not None:
+            note = node.annotation
+            if (isinstance(note, ast.Name) and note.id == "Any") or (isinstance(note, ast.Constant)
+                                                                   and note.value == "Any"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_strategy_parameters_name_the_strategy_type_not_any():
+    assert _untyped_strategies(ast.parse("def f(strategy: Any, g: Any): ...\ndef h(strategy: 'Strategy'): ...")) == [1]
+    bad = []
+    for path in _modules().values():
+        where = path.relative_to(SRC.parent).as_posix()
+        if where not in _UNTYPED_STRATEGY_LEFT:
+            bad += [f"{where}:{line}" for line in _untyped_strategies(ast.parse(path.read_text(), str(path)))]
+    assert not bad, "annotate with distrib.strategies.interface.Strategy: " + ", ".join(bad)

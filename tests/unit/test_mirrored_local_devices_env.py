@@ -5,12 +5,12 @@ The 2-replica run itself is tests/distributed/test_tutorial_custom_training_port
 import pytest
 
 import distrib
-from distrib.strategies import one_device
+from distrib.strategies import devices
 
 
 @pytest.fixture
 def two_cores(monkeypatch):
-    monkeypatch.setattr(one_device.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
 
 
 def test_no_devices_reads_the_env(two_cores, monkeypatch):

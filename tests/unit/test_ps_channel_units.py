@@ -39,7 +39,7 @@ def test_replay_memory_is_bounded_and_still_refuses_every_replay():
     auth = CallAuth(b"secret", nonce_memory=8)
     tokens = [auth.sign("/m", "ps:0", b"x") for _ in range(40)]
     assert all(auth.check_header("/m", "ps:0", t) is None for t in tokens)
-    assert len(auth._seen) <= 8
+    assert auth.remembered <= 8
     assert all("used before" in auth.check_header("/m", "ps:0", t) for t in tokens)  # forgotten ones too
 
 
@@ -238,7 +238,7 @@ def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["10.255.1.1:2222"], "worker": ["10.255.1.2:2222"], "ps": ["10.255.1.3:2222"]},
         "task": {"type": "worker", "index": 0}}))
-    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0)
+    runtime = ps_runtime.Runtime(PSCluster.from_resolver(TFConfigClusterResolver()), timeout=5.0, handlers={})
     with pytest.raises(ChannelConfigError) as refused:
         runtime.start()
     line = str(refused.value)
@@ -277,8 +277,8 @@ def test_a_workers_exception_comes_back_by_class_name_without_pickle():
         try:
             raise raised
         except Exception as exc:  # noqa: BLE001
-            kind, spec, text_back = worker._error_reply(exc)
+            kind, spec, text_back = worker.error_reply(exc)
         assert kind == "error" and "Traceback" in text_back
-        rebuilt = dispatch._rebuild(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
+        rebuilt = dispatch.rebuild_error(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
         assert type(rebuilt) is expected_type and str(rebuilt).startswith(text), (rebuilt, text)
         assert "Traceback on worker 0" in str(rebuilt.__cause__)

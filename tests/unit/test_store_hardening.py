@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from distrib.comm import auth_store
+from distrib.comm import store_server
 from distrib.comm.auth_handshake import (MAGIC, SecretMismatchError, client_handshake, decode_fields,
                                          encode_fields)
 from distrib.comm.auth_store import AuthStore, AuthStoreServer, secret_mismatches
@@ -145,7 +145,7 @@ def test_the_chief_names_a_mismatch_when_it_times_out(monkeypatch):
     from distrib.comm.rendezvous import wait_for_all
     from distrib.comm.errors import RendezvousTimeoutError
 
-    monkeypatch.setattr(auth_store, "_MISMATCHES", ["10.0.0.7:41234"])
+    monkeypatch.setattr(store_server, "_MISMATCHES", ["10.0.0.7:41234"])
     server = AuthStoreServer("127.0.0.1", 0, SECRET)
     store = AuthStore("127.0.0.1", server.port, SECRET, 5.0)
     with pytest.raises(RendezvousTimeoutError, match="job secret mismatch: 10.0.0.7:41234"):

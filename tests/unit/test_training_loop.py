@@ -1,13 +1,15 @@
 """The one step loop behind fit / evaluate / predict (`TrainingLoop`, `run_steps`) in one process."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 import distrib
 from distrib.training import TrainingLoop
-from distrib.training.step_loop import TRAIN, run_steps
+from distrib.training.step_loop import TRAIN, Execution, run_steps
 
 
 class Recorder(distrib.callbacks.Callback):
@@ -150,13 +152,23 @@ def test_run_steps_without_a_step_count_stops_when_the_data_runs_out():
         def on_train_batch_end(self, i, logs):
             self.calls.append(("end", i, logs))
 
+    batches = iter(range(5))
+
+    def execute(n, on_begin):   # what LocalExecutor does: the steps of one execution, here and now
+        results = []
+        for b in itertools.islice(batches, n):
+            if not results:
+                on_begin()
+            results.append(b * 10)
+        return Execution(steps=len(results), results=results)
+
     hooks, done = Hooks(), []
-    result = run_steps(phase=TRAIN, callbacks=hooks, iterator=iter([(b, 1) for b in range(5)]),
-                       step_fn=lambda b, _: b * 10, steps=None, log_every=4, steps_per_execution=2,
-                       batch_logs=lambda results: {"sum": sum(results)}, after_step=done.append)
+    result = run_steps(phase=TRAIN, callbacks=hooks, execute=execute, steps=None, log_every=4,
+                       steps_per_execution=2, batch_logs=lambda results: {"sum": sum(results)},
+                       after_execution=done.append)
     assert hooks.calls == [("begin", 0), ("end", 1, None), ("begin", 2), ("end", 3, {"sum": 50}),
                            ("begin", 4), ("end", 4, None)]
-    assert done == [1, 2, 3, 4, 5] and result.step == 5 and result.exhausted and result.logs is None
+    assert done == [2, 4, 5] and result.step == 5 and result.exhausted and result.logs is None
 
 
 def test_validation_split_holds_out_the_last_rows():

@@ -155,7 +155,7 @@ class BackupAndRestore(Callback):
     def _strategy(self) -> "Strategy":
         strategy: Optional[Strategy] = getattr(self.model, "distribute_strategy", None)
         if strategy is None:
-            from distrib.strategies.context import get_strategy
+            from distrib.strategies.default import get_strategy
 
             strategy = get_strategy()
         return strategy

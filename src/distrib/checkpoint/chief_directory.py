@@ -10,15 +10,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import TYPE_CHECKING, Any, Dict, Mapping
 
 from distrib.checkpoint import storage
 from distrib.strategies import replica_process
 
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
 __all__ = ["write_directory"]
 
 
-def write_directory(filepath: str, strategy: Any, files: Mapping[str, bytes], info: Dict[str, Any],
+def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, bytes], info: Dict[str, Any],
                     overwrite: bool = True, who: str = "save") -> None:
     """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
 

@@ -13,7 +13,7 @@ Example:
     >>> check_file_name("/ckpts/ckpt-3", "../../outside/file")
     Traceback (most recent call last):
     ...
-    distrib.checkpoint.storage.CorruptCheckpointError: /ckpts/ckpt-3: MANIFEST.json names '../../outside/file', which is not a plain file name inside the checkpoint
+    distrib.checkpoint.errors.CorruptCheckpointError: /ckpts/ckpt-3: MANIFEST.json names '../../outside/file', which is not a plain file name inside the checkpoint
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import re
 import stat
 from typing import Any, Dict
 
+from distrib.checkpoint.errors import CorruptCheckpointError
 from distrib.checkpoint.fs import is_local, url_to_fs
 
 __all__ = ["MAX_MANIFEST_BYTES", "MAX_FILE_BYTES", "parse_manifest", "check_file_name", "read_bounded"]
@@ -38,8 +39,6 @@ _RESERVED = ("MANIFEST.json", "COMPLETE")
 
 
 def _corrupt(path: str, why: str) -> Exception:
-    from distrib.checkpoint.storage import CorruptCheckpointError  # storage imports this module
-
     return CorruptCheckpointError(f"{path}: {why}")
 
 

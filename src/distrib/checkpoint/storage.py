@@ -36,12 +36,11 @@ Example:
 
 The path helpers (`join`, `exists`, `remove`, `list_names`,
 `atomic_write_bytes`) come from `distrib.checkpoint.fs` and the per-worker
-paths (`write_path_for`, ...) from `distrib.checkpoint.worker_paths`; both are
-re-exported here.
+paths (`write_path_for`, ...) from `distrib.checkpoint.worker_paths`, the
+error classes (`CorruptCheckpointError`, ...) from `distrib.checkpoint.errors`;
+all are re-exported here.
 """
 from __future__ import annotations
-
-from distrib.errors import DistribError
 
 import contextlib
 import json
@@ -50,6 +49,7 @@ import time
 import uuid
 from typing import Any, Dict, Optional
 
+from distrib.checkpoint.errors import CheckpointNotFoundError, CheckpointWarning, CorruptCheckpointError
 from distrib.checkpoint.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
                                    sha256, url_to_fs, write_local)
 from distrib.checkpoint.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
@@ -81,18 +81,6 @@ __all__ = [
 MANIFEST_NAME = "MANIFEST.json"
 MARKER_NAME = "COMPLETE"
 _FORMAT = "distrib.checkpoint"
-
-
-class CorruptCheckpointError(DistribError, RuntimeError):
-    """A checkpoint directory is incomplete or its contents do not match its manifest."""
-
-
-class CheckpointNotFoundError(CorruptCheckpointError, FileNotFoundError):
-    """Nothing at all is at the checkpoint's path (a `CorruptCheckpointError` for old handlers)."""
-
-
-class CheckpointWarning(UserWarning):
-    """A damaged or incomplete checkpoint was skipped, or a restore was approximate."""
 
 
 def remove_checkpoint(path: str) -> None:

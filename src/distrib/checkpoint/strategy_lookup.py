@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Union
 
 from distrib.strategies.checkpoint_role import CheckpointRole
-from distrib.strategies import context
+from distrib.strategies import context, default
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -46,7 +46,7 @@ def resolve_strategy(captured: "Optional[Strategy]" = None, what: str = "checkpo
     found = context.job_strategy()
     if found is not None:
         return found
-    strategy = context.get_strategy()
+    strategy = default.get_strategy()
     processes = _torch_world_size()
     if processes > 1 and strategy.num_replicas_in_sync <= 1:
         raise RuntimeError(

@@ -34,7 +34,7 @@ from distrib.cluster.errors import ClusterConfigError, quoted_list
 from distrib.cluster.spec import ClusterSpec
 from distrib.cluster.task import TaskInfo
 
-__all__ = ["ClusterResolver"]
+__all__ = ["ClusterResolver", "ResolvedClusterResolver"]
 
 
 @dataclass(frozen=True)
@@ -215,3 +215,31 @@ class ClusterResolver(abc.ABC):
     def __repr__(self) -> str:
         task = f"{self.task_type} {self.task_id}" if self.task_type is not None else "None"
         return f"{type(self).__name__}(task={task}, cluster={self.cluster_spec().as_dict()!r})"
+
+
+class ResolvedClusterResolver(ClusterResolver):
+    """A resolver that reads its cluster and task once, when it is made (every one distrib ships).
+
+    A subclass's ``__init__`` sets ``_spec``, ``_task_type`` and ``_task_id``
+    (and ``_rpc_layer`` if its source names one); this class answers from them.
+    """
+
+    _spec: ClusterSpec
+    _task_type: Optional[str] = None
+    _task_id: Optional[int] = None
+    _rpc_layer: Optional[str] = None
+
+    @property
+    def task_type(self) -> Optional[str]:
+        return self._task_type
+
+    @property
+    def task_id(self) -> Optional[int]:
+        return self._task_id
+
+    def cluster_spec(self) -> ClusterSpec:
+        return self._spec
+
+    @property
+    def rpc_layer(self) -> Optional[str]:
+        return self._rpc_layer

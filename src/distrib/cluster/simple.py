@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Union
 
 from distrib.cluster.errors import TASK_TYPES, ClusterConfigError, quoted_list, show
-from distrib.cluster.resolver_base import ClusterResolver
+from distrib.cluster.resolver_base import ResolvedClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
 __all__ = ["SimpleClusterResolver"]
 
 
-class SimpleClusterResolver(ClusterResolver):
+class SimpleClusterResolver(ResolvedClusterResolver):
     """A resolver over an explicit `ClusterSpec` and task.
 
     Args:
@@ -48,18 +48,3 @@ class SimpleClusterResolver(ClusterResolver):
             raise ClusterConfigError(f"task_id: expected an integer, got {show(task_id)}")
         self._task_type, self._task_id, self._rpc_layer = task_type, task_id, rpc_layer
         self._layout  # noqa: B018 - check the task against the cluster now
-
-    @property
-    def task_type(self) -> Optional[str]:
-        return self._task_type
-
-    @property
-    def task_id(self) -> Optional[int]:
-        return self._task_id
-
-    def cluster_spec(self) -> ClusterSpec:
-        return self._spec
-
-    @property
-    def rpc_layer(self) -> Optional[str]:
-        return self._rpc_layer

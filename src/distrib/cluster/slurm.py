@@ -32,7 +32,7 @@ from distrib.cluster.address import check_host, format_address
 from distrib.cluster.env import env_int
 from distrib.cluster.errors import ClusterConfigError
 from distrib.cluster.hostlist import expand_counts, expand_hostlist
-from distrib.cluster.resolver_base import ClusterResolver
+from distrib.cluster.resolver_base import ResolvedClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
 __all__ = ["SlurmClusterResolver", "DEFAULT_PORT", "slurm_num_tasks_variable"]
@@ -48,7 +48,7 @@ def slurm_num_tasks_variable(environ: Mapping[str, str]) -> str:
         else "SLURM_NTASKS"
 
 
-class SlurmClusterResolver(ClusterResolver):
+class SlurmClusterResolver(ResolvedClusterResolver):
     """The cluster of a SLURM job step.
 
     Args:
@@ -60,13 +60,14 @@ class SlurmClusterResolver(ClusterResolver):
     """
 
     cluster_field = "the SLURM environment"
+    _task_type = "worker"
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None,
                  port: Optional[int] = None) -> None:
         env = os.environ if environ is None else environ
         ntasks_var = slurm_num_tasks_variable(env)
         ntasks = env_int(env, ntasks_var, minimum=1)
-        self._procid = env_int(env, "SLURM_PROCID", maximum=ntasks - 1,
+        self._task_id = env_int(env, "SLURM_PROCID", maximum=ntasks - 1,
                                context=f"for {ntasks_var} {ntasks}")
         nodes_var = next((v for v in _NODELISTS if v in env), None)
         if nodes_var is None:
@@ -81,21 +82,10 @@ class SlurmClusterResolver(ClusterResolver):
             raise ClusterConfigError(
                 f"port: {base} leaves no room for {max(counts)} tasks on one node "
                 f"(ports {base}..{base + max(counts) - 1} must be <= 65535)")
-        self._node, self._local_rank = placement[self._procid]
+        self._node, self._local_rank = placement[self._task_id]
         self._spec = ClusterSpec(
             {"worker": [format_address(self._hosts[n], base + k) for n, k in placement]},
             field=self.cluster_field)
-
-    @property
-    def task_type(self) -> str:
-        return "worker"
-
-    @property
-    def task_id(self) -> int:
-        return self._procid
-
-    def cluster_spec(self) -> ClusterSpec:
-        return self._spec
 
     @property
     def hosts(self) -> list[str]:

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Optional, Union
 
 from distrib.cluster.errors import (
     TASK_TYPES, ClusterConfigError, did_you_mean, kind_of, quoted_list, show)
-from distrib.cluster.resolver_base import ClusterResolver
+from distrib.cluster.resolver_base import ResolvedClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
 __all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty", "EmptyTFConfigWarning"]
@@ -111,7 +111,7 @@ def tf_config_is_empty(environ: Optional[Mapping[str, str]] = None) -> bool:
         return False
 
 
-class TFConfigClusterResolver(ClusterResolver):
+class TFConfigClusterResolver(ResolvedClusterResolver):
     """The cluster described by ``TF_CONFIG``.
 
     Args:
@@ -148,21 +148,6 @@ class TFConfigClusterResolver(ClusterResolver):
         if self._spec and not ({"chief", "worker"} & set(self._spec.jobs)):
             _warn_alone(f"TF_CONFIG['cluster'] has no 'chief' or 'worker' job (jobs: "
                         f"{quoted_list(self._spec.jobs)}), so nothing trains", evaluator=True)
-
-    @property
-    def task_type(self) -> Optional[str]:
-        return self._task_type
-
-    @property
-    def task_id(self) -> Optional[int]:
-        return self._task_id
-
-    def cluster_spec(self) -> ClusterSpec:
-        return self._spec
-
-    @property
-    def rpc_layer(self) -> Optional[str]:
-        return self._rpc_layer
 
     @property
     def environment(self) -> str:

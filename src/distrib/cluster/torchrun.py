@@ -24,7 +24,7 @@ from typing import Mapping, Optional
 
 from distrib.cluster.address import format_address
 from distrib.cluster.env import env_host, env_int, env_optional_int
-from distrib.cluster.resolver_base import ClusterResolver
+from distrib.cluster.resolver_base import ResolvedClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
 __all__ = ["TorchrunClusterResolver", "TORCHRUN_VARIABLES"]
@@ -33,7 +33,7 @@ __all__ = ["TorchrunClusterResolver", "TORCHRUN_VARIABLES"]
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR")
 
 
-class TorchrunClusterResolver(ClusterResolver):
+class TorchrunClusterResolver(ResolvedClusterResolver):
     """The cluster described by torchrun's environment variables.
 
     Args:
@@ -44,11 +44,12 @@ class TorchrunClusterResolver(ClusterResolver):
     """
 
     cluster_field = "the torchrun environment"
+    _task_type = "worker"
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None) -> None:
         env = os.environ if environ is None else environ
         world_size = env_int(env, "WORLD_SIZE", minimum=1)
-        self._rank = env_int(env, "RANK", maximum=world_size - 1,
+        self._task_id = env_int(env, "RANK", maximum=world_size - 1,
                              context=f"for WORLD_SIZE {world_size}")
         host = env_host(env, "MASTER_ADDR")
         port = env_int(env, "MASTER_PORT", minimum=1, maximum=65535)
@@ -61,17 +62,6 @@ class TorchrunClusterResolver(ClusterResolver):
         master = format_address(host, port)
         self._spec = ClusterSpec({"worker": [master] + [None] * (world_size - 1)},
                                  field=self.cluster_field)
-
-    @property
-    def task_type(self) -> str:
-        return "worker"
-
-    @property
-    def task_id(self) -> int:
-        return self._rank
-
-    def cluster_spec(self) -> ClusterSpec:
-        return self._spec
 
     @property
     def local_rank(self) -> Optional[int]:

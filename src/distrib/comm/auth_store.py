@@ -8,7 +8,9 @@ threaded TCP server on the chief (`AuthStoreServer`) and a client
 group uses it exactly as it would use a ``TCPStore``. Every connection first
 proves it holds the job secret (`distrib.comm.auth_handshake`); a stranger's
 connection is closed before it can read or write a key, logged once per
-address on the chief, and the job goes on.
+address on the chief, and the job goes on. The server lives in
+`distrib.comm.store_server` (re-exported here); this module is the client and
+the choice between the two stores.
 
 `host_store` / `connect_client` pick the store: this one when a job secret is
 configured (`distrib.comm.secret.cluster_secret`), else torch's ``TCPStore`` as
@@ -25,31 +27,21 @@ Example:
 """
 from __future__ import annotations
 
-import collections
-import logging
 import socket
 import threading
-import time
 from datetime import timedelta
-from typing import Dict, List, Optional, Sequence, Set, Union
+from typing import List, Optional, Union
 
 import torch.distributed as dist
 
-from distrib.comm.auth_handshake import (AuthenticationError, HandshakeAbandoned, ProtocolError,
-                                         SecretMismatchError, client_handshake, decode_fields,
-                                         encode_fields, server_handshake)
+from distrib.comm.auth_handshake import AuthenticationError, client_handshake, decode_fields, encode_fields
 from distrib.comm.errors import DistribCommError
 from distrib.comm.secret import cluster_secret
+from distrib.comm.store_server import AuthStoreServer, secret_mismatches
 
 __all__ = ["AuthStore", "AuthStoreServer", "StoreTimeoutError", "host_store", "connect_client",
            "secret_mismatches"]
 
-log = logging.getLogger("distrib.comm")
-_HANDSHAKE_SECONDS = 10.0  # the whole handshake must end by then, however the peer paces its bytes
-_MAX_PENDING = 64  # unauthenticated connections at once; the oldest is dropped for a new one
-_ACCEPT_BACKOFF = (0.01, 1.0)  # after a failed accept() (EMFILE...): first and longest pause
-_MISMATCHES: List[str] = []  # peers that proved a different job secret, in this process
-_MAX_KEY_BYTES = 4096
 _REPLY_SLACK_SECONDS = 30.0  # at most this beyond the store timeout, before a silent chief counts as lost
 _MIN_REPLY_SLACK_SECONDS = 5.0  # a store with a short timeout (heartbeats) waits only its timeout, at least this
 Value = Union[str, bytes]
@@ -61,211 +53,6 @@ class StoreTimeoutError(DistribCommError, TimeoutError):
 
 def _b(value: Value) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-# --------------------------------------------------------------------- server
-class AuthStoreServer:
-    """The chief's store: a dict behind a lock, served to authenticated connections only."""
-
-    def __init__(self, host: str, port: int, secret: bytes, handshake_seconds: float = _HANDSHAKE_SECONDS,
-                 max_pending: int = _MAX_PENDING) -> None:
-        self._secret = secret
-        self._handshake_seconds = handshake_seconds
-        self._max_pending = max_pending
-        self._pending: "collections.OrderedDict[int, socket.socket]" = collections.OrderedDict()
-        self._pending_lock = threading.Lock()
-        self._data: Dict[bytes, bytes] = {}
-        self._cond = threading.Condition()
-        self._reported: Set[str] = set()
-        self._closed = False
-        self.accept_failures = 0
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv6 literals too
-        self._listener = socket.create_server((host, port), family=family, reuse_port=False, backlog=128)
-        self.port: int = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept_loop, name="distrib-store", daemon=True).start()
-
-    def close(self) -> None:
-        """Stop accepting connections (connections already open end with the process)."""
-        self._closed = True
-        try:
-            self._listener.close()
-        except OSError:
-            pass
-
-    def _accept_loop(self) -> None:
-        pause = _ACCEPT_BACKOFF[0]
-        while not self._closed:
-            try:
-                conn, addr = self._listener.accept()
-            except OSError as exc:
-                if self._closed:
-                    return
-                self.accept_failures += 1
-                if self.accept_failures == 1:
-                    log.warning("distrib: the job's store could not accept a connection (%s); it "
-                                "backs off and keeps serving", exc)
-                time.sleep(pause)  # poll: the kernel does not say when a descriptor frees up
-                pause = min(_ACCEPT_BACKOFF[1], pause * 2)
-                continue
-            pause = _ACCEPT_BACKOFF[0]
-            self._admit(conn)
-            threading.Thread(target=self._serve, args=(conn, f"{addr[0]}:{addr[1]}"), daemon=True,
-                             name="distrib-store-conn").start()
-
-    def _admit(self, conn: socket.socket) -> None:
-        """Count ``conn`` as unauthenticated; past the cap, drop the oldest such connection."""
-        with self._pending_lock:
-            self._pending[id(conn)] = conn
-            while len(self._pending) > self._max_pending:
-                _, oldest = self._pending.popitem(last=False)
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's read ends and it closes
-                except OSError:
-                    pass
-
-    def _authenticated(self, conn: socket.socket) -> bool:
-        with self._pending_lock:
-            return self._pending.pop(id(conn), None) is not None
-
-    def _serve(self, conn: socket.socket, address: str) -> None:
-        with conn:
-            try:
-                deadline = time.monotonic() + self._handshake_seconds
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.settimeout(self._handshake_seconds)
-                if not conn.recv(1, socket.MSG_PEEK):
-                    return  # connect-and-close: a task probing whether the chief listens yet
-                session = server_handshake(conn, self._secret, deadline)
-                if not self._authenticated(conn):
-                    return  # dropped for a newer connection just as it finished
-            except HandshakeAbandoned:
-                return  # nothing was proven and nothing read: not worth a warning
-            except SecretMismatchError as exc:
-                _MISMATCHES.append(address)
-                log.warning("distrib: %s: a connection from %s to the job's store; the job goes on "
-                            "without it", exc, address)
-                return
-            except (AuthenticationError, ProtocolError, OSError) as exc:
-                self._report_stranger(address.rsplit(":", 1)[0], exc)
-                return
-            finally:
-                self._authenticated(conn)
-            conn.settimeout(None)
-            try:
-                while True:
-                    request = decode_fields(session.recv(conn))
-                    session.send(conn, encode_fields(self._dispatch(request)))
-            except AuthenticationError as exc:
-                self._report_stranger(address.rsplit(":", 1)[0], exc)
-            except (ProtocolError, OSError):
-                return  # the task left (or broke its own connection): nothing to answer
-
-    def _report_stranger(self, address: str, exc: BaseException) -> None:
-        if address not in self._reported:
-            self._reported.add(address)
-            log.warning("distrib: refused a connection to the job's store from %s: it did not "
-                        "prove it holds the job secret (%s); the job goes on", address, exc)
-
-    def _dispatch(self, request: List[bytes]) -> List[bytes]:
-        if not request or any(len(k) > _MAX_KEY_BYTES for k in request[1:2]):
-            return [b"error", b"malformed request"]
-        op, args = request[0], request[1:]
-        handler = _HANDLERS.get(op)
-        if handler is None:
-            return [b"error", b"unknown operation " + op[:32]]
-        try:
-            return handler(self, args)
-        except (ValueError, IndexError) as exc:
-            return [b"error", str(exc).encode()[:200]]
-
-    def _wait_keys(self, keys: Sequence[bytes], timeout_ms: int) -> bool:
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        with self._cond:
-            while not all(k in self._data for k in keys):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
-
-    def _op_set(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            self._data[a[0]] = a[1]
-            self._cond.notify_all()
-        return [b"ok"]
-
-    def _op_get(self, a: List[bytes]) -> List[bytes]:
-        if not self._wait_keys(a[:1], int(a[1])):
-            return [b"timeout"]
-        with self._cond:
-            return [b"ok", self._data[a[0]]]
-
-    def _op_add(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            value = int(self._data.get(a[0], b"0")) + int(a[1])
-            self._data[a[0]] = str(value).encode()
-            self._cond.notify_all()
-        return [b"ok", str(value).encode()]
-
-    def _op_compare_set(self, a: List[bytes]) -> List[bytes]:
-        key, expected, desired = a[0], a[1], a[2]
-        with self._cond:
-            current = self._data.get(key)
-            if current is None:
-                if expected:
-                    return [b"ok", expected]
-                current = None
-            if current is None or current == expected:
-                self._data[key] = desired
-                self._cond.notify_all()
-                return [b"ok", desired]
-            return [b"ok", current]
-
-    def _op_append(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            self._data[a[0]] = self._data.get(a[0], b"") + a[1]
-            self._cond.notify_all()
-        return [b"ok"]
-
-    def _op_wait(self, a: List[bytes]) -> List[bytes]:
-        return [b"ok"] if self._wait_keys(a[1:], int(a[0])) else [b"timeout"]
-
-    def _op_check(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            return [b"ok", b"1" if all(k in self._data for k in a) else b"0"]
-
-    def _op_delete(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            return [b"ok", b"1" if self._data.pop(a[0], None) is not None else b"0"]
-
-    def _op_num_keys(self, a: List[bytes]) -> List[bytes]:
-        with self._cond:
-            return [b"ok", str(len(self._data)).encode()]
-
-    def _op_multi_get(self, a: List[bytes]) -> List[bytes]:
-        if not self._wait_keys(a[1:], int(a[0])):
-            return [b"timeout"]
-        with self._cond:
-            return [b"ok"] + [self._data[k] for k in a[1:]]
-
-    def _op_multi_set(self, a: List[bytes]) -> List[bytes]:
-        if len(a) % 2:
-            raise ValueError("multi_set needs as many values as keys")
-        half = len(a) // 2
-        with self._cond:
-            self._data.update(zip(a[:half], a[half:]))
-            self._cond.notify_all()
-        return [b"ok"]
-
-
-_HANDLERS = {
-    b"set": AuthStoreServer._op_set, b"get": AuthStoreServer._op_get,
-    b"add": AuthStoreServer._op_add, b"compare_set": AuthStoreServer._op_compare_set,
-    b"append": AuthStoreServer._op_append, b"wait": AuthStoreServer._op_wait,
-    b"check": AuthStoreServer._op_check, b"delete": AuthStoreServer._op_delete,
-    b"num_keys": AuthStoreServer._op_num_keys, b"multi_get": AuthStoreServer._op_multi_get,
-    b"multi_set": AuthStoreServer._op_multi_set,
-}
 
 
 # --------------------------------------------------------------------- client
@@ -395,8 +182,3 @@ def connect_client(host: str, port: int, world_size: int, timeout: float) -> dis
         return dist.TCPStore(host, port, world_size, is_master=False,
                              timeout=timedelta(seconds=timeout))
     return AuthStore(host, port, secret, timeout)
-
-
-def secret_mismatches() -> List[str]:
-    """Addresses that proved a different job secret to this process's store, oldest first."""
-    return list(_MISMATCHES)

@@ -5,7 +5,7 @@ Example (seed 001's pipeline, ported line for line):
     >>> dataset = Dataset.from_tensor_slices((x_train, y_train)).shuffle(60000).repeat().batch(128)
     >>> dist = strategy.experimental_distribute_dataset(dataset)   # each replica: 128 / N examples
 """
-from distrib.data import experimental
+from distrib.data import catalog, experimental  # catalog: binds the operators Dataset's methods create
 from distrib.data.adapters import as_dataset
 from distrib.data.dataset import Dataset
 from distrib.data.element_state import DatasetSpec

@@ -23,14 +23,14 @@ import numpy as np
 import torch
 from torch.utils import data as tud
 
-from distrib.data.blocks import LazyBatch, ListBlock, MapStyleTable, Table, TensorTable
+from distrib.data.blocks import LazyBatch, ListBlock, Table, table_for
 from distrib.data.dataset import Dataset
-from distrib.data.options import UNKNOWN
+from distrib.data.options import UNKNOWN, Options
 from distrib.data.sources import ElementsIterator, IterableDataset, TableDataset
 from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
 from distrib.data.structure import to_structure
 
-__all__ = ["as_dataset", "LoaderBatchesDataset", "LoaderIterableDataset", "table_for"]
+__all__ = ["as_dataset", "as_distributable", "as_local", "LoaderBatchesDataset", "LoaderIterableDataset"]
 
 _GLOBAL_RNG = threading.Lock()  # the global RNG is borrowed to run samplers under an agreed seed
 
@@ -67,11 +67,27 @@ def as_dataset(obj: Any) -> Dataset:
                     "torch Dataset or DataLoader, tensors/arrays, or a re-iterable of elements")
 
 
-def table_for(dataset: Any, collate: Any = None) -> Table:
-    """A table over a torch map-style dataset (direct tensor indexing for a ``TensorDataset``)."""
-    if isinstance(dataset, tud.TensorDataset) and collate is None:
-        return TensorTable(tuple(dataset.tensors))
-    return MapStyleTable(dataset, collate)
+def as_distributable(obj: Any, options: Any = None) -> Dataset:
+    """``obj`` as the global-batch `Dataset` ``experimental_distribute_dataset`` divides.
+
+    ``options`` (a `distrib.data.Options`) override the dataset's; other
+    objects (tf.distribute.InputOptions-like) are ignored. A ``DataLoader``
+    that already shards with a ``DistributedSampler`` is refused: its batches
+    would be split twice.
+    """
+    if isinstance(obj, tud.DataLoader) and isinstance(obj.sampler, tud.DistributedSampler):
+        raise ValueError("this DataLoader already shards with a DistributedSampler, and "
+                         "experimental_distribute_dataset would split its batches again: give it a "
+                         "plain sampler, or return it from distribute_datasets_from_function instead")
+    dataset = as_dataset(obj)
+    return dataset.with_options(options) if isinstance(options, Options) else dataset
+
+
+def as_local(obj: Any) -> Dataset:
+    """What a dataset function returned as a `Dataset` of per-replica batches (a loader: its batches, read in order)."""
+    if isinstance(obj, tud.DataLoader):
+        return LoaderIterableDataset(obj)
+    return as_dataset(obj)
 
 
 def _custom_collate(loader: tud.DataLoader) -> Any:
@@ -89,7 +105,8 @@ class LoaderBatchesDataset(Dataset):
 
     def __init__(self, loader: tud.DataLoader) -> None:
         self._loader = loader
-        self._table = table_for(loader.dataset, _custom_collate(loader))
+        collate = _custom_collate(loader)
+        self._table = table_for(loader.dataset, collate)
         self._seed = default_seed()
 
     def _cardinality(self) -> int:

@@ -24,12 +24,13 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch.utils import data as tud
 
 from distrib.data.structure import (
     call_unpacked, cat_structures, leading_size, leaves, map_leaves, slice_structure,
     spec_of, stack_structures, to_structure)
 
-__all__ = ["Table", "TensorTable", "RangeTable", "MapStyleTable", "Block", "IndexBlock",
+__all__ = ["Table", "TensorTable", "RangeTable", "MapStyleTable", "table_for", "Block", "IndexBlock",
            "ListBlock", "LazyBatch", "materialize", "build_batch", "unbatch_element",
            "slice_element", "element_size"]
 
@@ -137,6 +138,13 @@ class MapStyleTable(Table):
 
     def row(self, i: int) -> Any:
         return to_structure(self._dataset[int(i)])
+
+
+def table_for(dataset: Any, collate: Optional[Callable[[List[Any]], Any]] = None) -> Table:
+    """A table over a torch map-style dataset (direct tensor indexing for a ``TensorDataset``)."""
+    if isinstance(dataset, tud.TensorDataset) and collate is None:
+        return TensorTable(tuple(dataset.tensors))
+    return MapStyleTable(dataset, collate)
 
 
 class Block:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 from distrib.data.dataset_ops import DatasetOps
+from distrib.data.operator_table import operator
 from distrib.data.options import INFINITE, UNKNOWN, Options
 from distrib.data.stream import BlockIterator, IterContext
 
@@ -79,16 +80,12 @@ class Dataset(DatasetOps):
     @staticmethod
     def from_tensor_slices(tensors: Any) -> "Dataset":
         """One element per row of ``tensors`` (a tensor, array, or tuple/dict of them)."""
-        from distrib.data.sources import TensorSlicesDataset
-
-        return TensorSlicesDataset(tensors)
+        return operator("TensorSlicesDataset")(tensors)
 
     @staticmethod
     def from_tensors(tensors: Any) -> "Dataset":
         """A single element: ``tensors`` itself."""
-        from distrib.data.sources import TensorsDataset
-
-        return TensorsDataset(tensors)
+        return operator("TensorsDataset")(tensors)
 
     @staticmethod
     def range(*args: int, output_type: Any = None, dtype: Any = None) -> "Dataset":
@@ -96,9 +93,7 @@ class Dataset(DatasetOps):
 
         ``output_type`` (tf.data's name) or ``dtype`` picks another torch dtype.
         """
-        from distrib.data.sources import RangeDataset
-
-        return RangeDataset(*args, dtype=output_type if output_type is not None else dtype)
+        return operator("RangeDataset")(*args, dtype=output_type if output_type is not None else dtype)
 
     @staticmethod
     def from_generator(generator: Callable[..., Any], output_types: Any = None, output_shapes: Any = None,
@@ -113,7 +108,6 @@ class Dataset(DatasetOps):
         so the generator must be deterministic for exact resume.
         """
         from distrib.data.generators import signature_from_types
-        from distrib.data.sources import GeneratorDataset
         from distrib.data.structure import TensorSpec, leaves
 
         if output_types is not None and output_signature is None and all(
@@ -125,7 +119,7 @@ class Dataset(DatasetOps):
             output_signature = signature_from_types(output_types, output_shapes)
         elif output_shapes is not None:
             raise TypeError("from_generator: output_shapes needs output_types (or use output_signature)")
-        return GeneratorDataset(generator, output_signature, tuple(args or ()))
+        return operator("GeneratorDataset")(generator, output_signature, tuple(args or ()))
 
     @staticmethod
     def zip(*datasets: Any, name: Optional[str] = None) -> "Dataset":
@@ -134,13 +128,11 @@ class Dataset(DatasetOps):
         ``Dataset.zip((a, b))`` (a tuple or dict of datasets, nesting allowed)
         or ``Dataset.zip(a, b)``; the element has the structure of the argument.
         """
-        from distrib.data.combinators import zip_datasets
-
         if len(datasets) == 1 and not isinstance(datasets[0], Dataset):
-            return zip_datasets(datasets[0])
+            return operator("zip_datasets")(datasets[0])
         if not datasets:
             raise TypeError("Dataset.zip needs datasets: Dataset.zip((a, b)) or Dataset.zip(a, b)")
-        return zip_datasets(tuple(datasets))
+        return operator("zip_datasets")(tuple(datasets))
 
     @staticmethod
     def list_files(file_pattern: Union[str, Sequence[str]], shuffle: Optional[bool] = None,
@@ -149,9 +141,7 @@ class Dataset(DatasetOps):
 
         Shuffled unless ``shuffle=False``, as in tf.data (see `distrib.data.text`).
         """
-        from distrib.data.text import list_files
-
-        return list_files(file_pattern, shuffle, seed)
+        return operator("list_files")(file_pattern, shuffle, seed)
 
     @staticmethod
     def from_files(paths: Union[str, Sequence[str]], reader: Callable[[str], Any]) -> "Dataset":
@@ -161,23 +151,17 @@ class Dataset(DatasetOps):
         any iterable of elements. ``paths`` is a list or a glob pattern (sorted).
         Under `AutoShardPolicy.FILE` (or AUTO) each worker reads only its files.
         """
-        from distrib.data.sources import FilesDataset
-
-        return FilesDataset(paths, reader)
+        return operator("FilesDataset")(paths, reader)
 
     # ---------------------------------------------------------- transforms
     def map(self, map_func: Callable, num_parallel_calls: Optional[int] = None,
             deterministic: Optional[bool] = None, name: Optional[str] = None) -> "Dataset":
         """``map_func`` applied to every element (after ``batch`` it receives whole batches)."""
-        from distrib.data.transforms import MapDataset
-
-        return MapDataset(self, map_func)
+        return operator("MapDataset")(self, map_func)
 
     def filter(self, predicate: Callable, name: Optional[str] = None) -> "Dataset":
         """The elements for which ``predicate`` returns true (a bool or scalar bool tensor)."""
-        from distrib.data.transforms import FilterDataset
-
-        return FilterDataset(self, predicate)
+        return operator("FilterDataset")(self, predicate)
 
     def shuffle(self, buffer_size: int, seed: Optional[int] = None,
                 reshuffle_each_iteration: bool = True, name: Optional[str] = None) -> "Dataset":
@@ -187,47 +171,33 @@ class Dataset(DatasetOps):
         ``seed`` the order follows ``torch.manual_seed``; a distributed dataset
         makes it the same on every worker.
         """
-        from distrib.data.shuffle import ShuffleDataset
-
-        return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
+        return operator("ShuffleDataset")(self, buffer_size, seed, reshuffle_each_iteration)
 
     def repeat(self, count: Optional[int] = None, name: Optional[str] = None) -> "Dataset":
         """The dataset ``count`` times (forever when None or -1)."""
-        from distrib.data.transforms import RepeatDataset
-
-        return RepeatDataset(self, count)
+        return operator("RepeatDataset")(self, count)
 
     def batch(self, batch_size: int, drop_remainder: bool = False,
               num_parallel_calls: Optional[int] = None, deterministic: Optional[bool] = None,
               name: Optional[str] = None) -> "Dataset":
         """Consecutive elements stacked into batches of ``batch_size``."""
-        from distrib.data.batching import BatchDataset
-
-        return BatchDataset(self, batch_size, drop_remainder)
+        return operator("BatchDataset")(self, batch_size, drop_remainder)
 
     def unbatch(self, name: Optional[str] = None) -> "Dataset":
         """Split every batch back into its rows."""
-        from distrib.data.batching import UnbatchDataset
-
-        return UnbatchDataset(self)
+        return operator("UnbatchDataset")(self)
 
     def shard(self, num_shards: int, index: int, name: Optional[str] = None) -> "Dataset":
         """Elements ``index, index + num_shards, ...`` (one worker's share)."""
-        from distrib.data.transforms import ShardDataset
-
-        return ShardDataset(self, num_shards, index)
+        return operator("ShardDataset")(self, num_shards, index)
 
     def take(self, count: int, name: Optional[str] = None) -> "Dataset":
         """The first ``count`` elements (all when ``count`` is -1)."""
-        from distrib.data.transforms import TakeDataset
-
-        return TakeDataset(self, count)
+        return operator("TakeDataset")(self, count)
 
     def skip(self, count: int, name: Optional[str] = None) -> "Dataset":
         """All but the first ``count`` elements (none when ``count`` is -1)."""
-        from distrib.data.transforms import SkipDataset
-
-        return SkipDataset(self, count)
+        return operator("SkipDataset")(self, count)
 
     def prefetch(self, buffer_size: int, name: Optional[str] = None) -> "Dataset":
         """Accepted for tf.data compatibility; elements are produced on demand.
@@ -235,9 +205,7 @@ class Dataset(DatasetOps):
         In-memory batches are gathered with one indexing call per tensor, which
         is cheaper than a hand-off to a background thread.
         """
-        from distrib.data.transforms import PrefetchDataset
-
-        return PrefetchDataset(self, buffer_size)
+        return operator("PrefetchDataset")(self, buffer_size)
 
     def cache(self, filename: str = "", name: Optional[str] = None) -> "Dataset":
         """Remember the elements of the first complete pass and replay them afterwards.
@@ -245,27 +213,19 @@ class Dataset(DatasetOps):
         Like tf.data, a shuffle *before* ``cache()`` is frozen by it; put the
         shuffle after the cache to reshuffle every epoch.
         """
-        from distrib.data.cache import CacheDataset
-
-        return CacheDataset(self, filename)
+        return operator("CacheDataset")(self, filename)
 
     def with_options(self, options: Options, name: Optional[str] = None) -> "Dataset":
         """This dataset with ``options`` (e.g. the auto-shard policy) attached."""
-        from distrib.data.transforms import OptionsDataset
-
-        return OptionsDataset(self, options)
+        return operator("OptionsDataset")(self, options)
 
     def enumerate(self, start: int = 0, name: Optional[str] = None) -> "Dataset":
         """``(index, element)`` pairs, the index an int64 scalar counting from ``start``."""
-        from distrib.data.combinators import EnumerateDataset
-
-        return EnumerateDataset(self, start)
+        return operator("EnumerateDataset")(self, start)
 
     def concatenate(self, dataset: "Dataset", name: Optional[str] = None) -> "Dataset":
         """This dataset's elements, then ``dataset``'s (same structure)."""
-        from distrib.data.combinators import ConcatenateDataset
-
-        return ConcatenateDataset(self, dataset)
+        return operator("ConcatenateDataset")(self, dataset)
 
     def interleave(self, map_func: Callable[..., "Dataset"], cycle_length: Optional[int] = None,
                    block_length: Optional[int] = None, num_parallel_calls: Optional[int] = None,
@@ -281,15 +241,11 @@ class Dataset(DatasetOps):
             ...     lambda x: Dataset.range(3).map(lambda y: 10 * x + y), cycle_length=2, block_length=2)]
             [0, 1, 10, 11, 2, 12]
         """
-        from distrib.data.combinators import InterleaveDataset
-
-        return InterleaveDataset(self, map_func, cycle_length, block_length)
+        return operator("InterleaveDataset")(self, map_func, cycle_length, block_length)
 
     def flat_map(self, map_func: Callable[..., "Dataset"], name: Optional[str] = None) -> "Dataset":
         """The elements of ``map_func(x)`` for each element ``x``, one dataset after another."""
-        from distrib.data.combinators import InterleaveDataset
-
-        return InterleaveDataset(self, map_func, 1, 1, where="flat_map")
+        return operator("InterleaveDataset")(self, map_func, 1, 1, where="flat_map")
 
     def padded_batch(self, batch_size: int, padded_shapes: Any = None, padding_values: Any = None,
                      drop_remainder: bool = False, name: Optional[str] = None) -> "Dataset":
@@ -299,9 +255,7 @@ class Dataset(DatasetOps):
         ``padding_values`` (default 0, ``""`` for strings) as in tf.data; see
         `distrib.data.padding`.
         """
-        from distrib.data.padding import PaddedBatchDataset
-
-        return PaddedBatchDataset(self, batch_size, padded_shapes, padding_values, drop_remainder)
+        return operator("PaddedBatchDataset")(self, batch_size, padded_shapes, padding_values, drop_remainder)
 
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence, Union
 
+from distrib.data.operator_table import operator
+
 __all__ = ["DatasetOps"]
 
 
@@ -20,60 +22,42 @@ class DatasetOps:
     def window(self, size: int, shift: Optional[int] = None, stride: int = 1, drop_remainder: bool = False,
                name: Optional[str] = None) -> Any:
         """Windows of ``size`` elements starting every ``shift``, taking every ``stride``-th; each a `Dataset`."""
-        from distrib.data.windowing import WindowDataset
-
-        return WindowDataset(self, size, shift, stride, drop_remainder)
+        return operator("WindowDataset")(self, size, shift, stride, drop_remainder)
 
     def rebatch(self, batch_size: Union[int, Sequence[int]], drop_remainder: bool = False,
                 name: Optional[str] = None) -> Any:
         """The batches' rows regrouped into batches of ``batch_size`` (a list: used in turn)."""
-        from distrib.data.windowing import RebatchDataset
-
-        return RebatchDataset(self, batch_size, drop_remainder)
+        return operator("RebatchDataset")(self, batch_size, drop_remainder)
 
     def ragged_batch(self, batch_size: int, drop_remainder: bool = False, row_splits_dtype: Any = None,
                      name: Optional[str] = None) -> Any:
         """Batches whose varying-shape components are `distrib.data.windowing.RaggedList` s of tensors."""
-        from distrib.data.windowing import RaggedBatchDataset
-
-        return RaggedBatchDataset(self, batch_size, drop_remainder)
+        return operator("RaggedBatchDataset")(self, batch_size, drop_remainder)
 
     def scan(self, initial_state: Any, scan_func: Callable, name: Optional[str] = None) -> Any:
         """The outputs of ``scan_func(state, element) -> (new_state, output)`` folded over the elements."""
-        from distrib.data.folds import ScanDataset
-
-        return ScanDataset(self, initial_state, scan_func)
+        return operator("ScanDataset")(self, initial_state, scan_func)
 
     def unique(self, name: Optional[str] = None) -> Any:
         """The first occurrence of every element (int32, int64 or string scalars)."""
-        from distrib.data.folds import UniqueDataset
-
-        return UniqueDataset(self)
+        return operator("UniqueDataset")(self)
 
     def take_while(self, predicate: Callable, name: Optional[str] = None) -> Any:
         """The elements before the first one for which ``predicate`` is false."""
-        from distrib.data.folds import TakeWhileDataset
-
-        return TakeWhileDataset(self, predicate)
+        return operator("TakeWhileDataset")(self, predicate)
 
     def reduce(self, initial_state: Any, reduce_func: Callable, name: Optional[str] = None) -> Any:
         """``reduce_func(state, element)`` folded over every element; the final state."""
-        from distrib.data.folds import reduce_dataset
-
-        return reduce_dataset(self, initial_state, reduce_func)
+        return operator("reduce_dataset")(self, initial_state, reduce_func)
 
     def get_single_element(self, name: Optional[str] = None) -> Any:
         """The dataset's only element (an error if it has none or several)."""
-        from distrib.data.folds import single_element
-
-        return single_element(self)
+        return operator("single_element")(self)
 
     def group_by_window(self, key_func: Callable, reduce_func: Callable, window_size: Optional[int] = None,
                         window_size_func: Optional[Callable] = None, name: Optional[str] = None) -> Any:
         """Elements grouped by ``key_func``; each full window becomes ``reduce_func(key, window_dataset)``."""
-        from distrib.data.grouping import GroupByWindowDataset
-
-        return GroupByWindowDataset(self, key_func, reduce_func, window_size, window_size_func)
+        return operator("GroupByWindowDataset")(self, key_func, reduce_func, window_size, window_size_func)
 
     def bucket_by_sequence_length(self, element_length_func: Callable, bucket_boundaries: Sequence[int],
                                   bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
@@ -81,9 +65,7 @@ class DatasetOps:
                                   no_padding: bool = False, drop_remainder: bool = False,
                                   name: Optional[str] = None) -> Any:
         """Elements batched (padded) together with others of similar length, as in tf.data."""
-        from distrib.data.grouping import bucket_by_sequence_length
-
-        return bucket_by_sequence_length(self, element_length_func, bucket_boundaries, bucket_batch_sizes,
+        return operator("bucket_by_sequence_length")(self, element_length_func, bucket_boundaries, bucket_batch_sizes,
                                          padded_shapes, padding_values, pad_to_bucket_boundary, no_padding,
                                          drop_remainder)
 
@@ -91,22 +73,16 @@ class DatasetOps:
     def choose_from_datasets(datasets: Sequence[Any], choice_dataset: Any,
                              stop_on_empty_dataset: bool = True) -> Any:
         """The next element of ``datasets[c]`` for each choice ``c`` of ``choice_dataset``."""
-        from distrib.data.choosing import choose_from_datasets
-
-        return choose_from_datasets(datasets, choice_dataset, stop_on_empty_dataset)
+        return operator("choose_from_datasets")(datasets, choice_dataset, stop_on_empty_dataset)
 
     @staticmethod
     def sample_from_datasets(datasets: Sequence[Any], weights: Optional[Sequence[float]] = None,
                              seed: Optional[int] = None, stop_on_empty_dataset: bool = False,
                              rerandomize_each_iteration: Optional[bool] = None) -> Any:
         """Elements of ``datasets`` drawn at random with probabilities ``weights`` (distrib's own order)."""
-        from distrib.data.choosing import sample_from_datasets
-
-        return sample_from_datasets(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration)
+        return operator("sample_from_datasets")(datasets, weights, seed, stop_on_empty_dataset, rerandomize_each_iteration)
 
     @staticmethod
     def counter(start: int = 0, step: int = 1, dtype: Any = None, name: Optional[str] = None) -> Any:
         """``start, start + step, ...`` forever (int64 unless ``dtype``)."""
-        from distrib.data.choosing import CounterDataset
-
-        return CounterDataset(start, step, dtype)
+        return operator("CounterDataset")(start, step, dtype)

@@ -48,19 +48,15 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from distrib.data.adapters import as_dataset
-from distrib.data.dataset import Dataset
-from distrib.data.distributed_iterator import DistributedIterator
+from distrib.data.adapters import as_distributable, as_local
+from distrib.data.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
 from distrib.data.input_context import InputContext, InputHost
-from distrib.data.options import INFINITE, UNKNOWN, AutoShardPolicy, Options
-from distrib.data.sharding import resolve_policy, shard_files
+from distrib.data.options import INFINITE, UNKNOWN
+from distrib.data.sharding import Sharding, shard
 from distrib.data.stream import IterContext, default_seed
-from distrib.data.structure import loosen_batch
+from distrib.utils.pending_restore import PendingRestore
 
-__all__ = ["distribute_dataset", "distribute_from_function", "DistributedDataset",
-           "DistributedIterator"]
-
-_VERSION = 1
+__all__ = ["distribute_dataset", "distribute_from_function", "DistributedDataset", "DistributedIterator"]
 
 
 def distribute_dataset(strategy: InputHost, dataset: Any, options: Any = None) -> "DistributedDataset":
@@ -74,17 +70,10 @@ def distribute_dataset(strategy: InputHost, dataset: Any, options: Any = None) -
         options: a `distrib.data.Options` overriding the dataset's; other
             objects (tf.distribute.InputOptions-like) are accepted and ignored.
     """
-    _refuse_presharded(dataset)
-    ds = as_dataset(dataset)
-    if isinstance(options, Options):
-        ds = ds.with_options(options)
     placement = strategy.input_placement()
-    workers, worker = placement.num_input_pipelines, placement.input_pipeline_id
-    policy = resolve_policy(ds, workers, ds.options().distribute.auto_shard_policy)
-    seed = _agreed_seed(strategy)
-    if policy == AutoShardPolicy.FILE:
-        return DistributedDataset(strategy, shard_files(ds, workers, worker), "file", seed)
-    return DistributedDataset(strategy, ds, "off" if policy == AutoShardPolicy.OFF else "data", seed)
+    whole = as_distributable(dataset, options)
+    mine, sharding = shard(whole, placement.num_input_pipelines, placement.input_pipeline_id)
+    return DistributedDataset(strategy, mine, sharding, _agreed_seed(strategy))
 
 
 def distribute_from_function(strategy: InputHost, dataset_fn: Callable[[InputContext], Any],
@@ -100,25 +89,7 @@ def distribute_from_function(strategy: InputHost, dataset_fn: Callable[[InputCon
     if result is None:
         raise ValueError("the dataset function returned None: it must return a distrib.data.Dataset, "
                          "a DataLoader or an iterable of per-replica batches")
-    ds = result if isinstance(result, Dataset) else _as_local(result)
-    return DistributedDataset(strategy, ds, "local", seed)
-
-
-def _refuse_presharded(obj: Any) -> None:
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    if isinstance(obj, DataLoader) and isinstance(obj.sampler, DistributedSampler):
-        raise ValueError("this DataLoader already shards with a DistributedSampler, and "
-                         "experimental_distribute_dataset would split its batches again: give it a "
-                         "plain sampler, or return it from distribute_datasets_from_function instead")
-
-
-def _as_local(obj: Any) -> Dataset:
-    from torch.utils.data import DataLoader
-
-    from distrib.data.adapters import LoaderIterableDataset
-
-    return LoaderIterableDataset(obj) if isinstance(obj, DataLoader) else as_dataset(obj)
+    return DistributedDataset(strategy, as_local(result), Sharding.LOCAL, seed)
 
 
 _RNG_LOCK = threading.Lock()
@@ -142,40 +113,34 @@ class DistributedDataset:
 
     Each ``iter()`` is a new pass (reshuffled); ``state_dict()``/``load_state_dict()``
     carry the pass count and the last iterator's position, and a loaded
-    position is taken up by the next ``iter()``.
+    position waits (a `PendingRestore`) for the next ``iter()``.
     """
 
-    def __init__(self, strategy: InputHost, dataset: Dataset, mode: str, seed: Optional[int]) -> None:
-        self._strategy = strategy
-        self._dataset = dataset
-        self._mode = mode
-        self._ctx = IterContext(dataset, seed)
+    def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int]) -> None:
+        self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed))
         self._last: Optional[DistributedIterator] = None
-        self._pending: Optional[dict] = None
+        self._position: PendingRestore[dict] = PendingRestore()
 
     @property
     def per_worker(self) -> bool:
         """True when workers read different streams (FILE, dataset functions)."""
-        return self._mode in ("file", "local")
+        return self._source.sharding.per_worker
 
-    def __iter__(self) -> "DistributedIterator":
-        it = DistributedIterator(self)
-        if self._pending is not None:
-            state, self._pending = self._pending, None
-            it.load_state_dict(state)
+    def __iter__(self) -> DistributedIterator:
+        it = DistributedIterator(self._source)
+        self._position.apply(it.load_state_dict)
         self._last = it
         return it
 
     @property
     def element_spec(self) -> Any:
         """The spec of one replica's batch."""
-        spec = self._dataset.element_spec
-        return spec if self._mode == "local" else loosen_batch(spec)
+        return self._source.element_spec
 
     def cardinality(self) -> int:
         """Steps per pass when every worker knows it without reading, else `UNKNOWN`/`INFINITE`."""
-        n = self._dataset.cardinality()
-        if self._mode == "data" or n == INFINITE:
+        n = self._source.dataset.cardinality()
+        if self._source.sharding is Sharding.DATA or n == INFINITE:
             return n
         return UNKNOWN
 
@@ -184,18 +149,11 @@ class DistributedDataset:
         last = self._last
         if last is not None and last.finished:  # a finished pass: the next iter() starts a new one
             last = None
-        return {"version": _VERSION, "ctx": self._ctx.state(),
+        return {"version": STATE_VERSION, "ctx": self._source.ctx.state(),
                 "iterator": None if last is None else last.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore the pass count; the next ``iter()`` continues from the saved position."""
         check_version(state)
-        self._ctx.load_state(state["ctx"])
-        self._pending = state.get("iterator")
-
-
-def check_version(state: Any) -> None:
-    """An error unless ``state`` is a distributed-iterator state of this version."""
-    if not isinstance(state, dict) or state.get("version") != _VERSION:
-        raise ValueError(f"not a distrib.data distributed-iterator state (version {_VERSION}): "
-                         f"{str(state)[:80]}")
+        self._source.ctx.load_state(state["ctx"])
+        self._position.hold(state.get("iterator"))

@@ -1,127 +1,186 @@
 """`DistributedIterator`: one replica's batches, the end-of-data agreement, and positions.
 
-How the epoch ends, decided identically on every worker:
+An iterator reads a `DistributedSource` (the task's pipeline, its `Sharding`,
+the shared `IterContext` and the `InputHost`); it knows nothing of the
+`DistributedDataset` that made it.
 
-- ``natural``: the stream is the same on every worker (DATA, OFF) and its
+How the pass ends (`Ending`), decided identically on every worker when the
+iterator is made:
+
+- ``NATURAL``: the stream is the same on every worker (DATA, OFF) and its
   length is known, or there is one worker: stop where it ends; no collective.
-- ``fixed``: per-worker inputs whose lengths are all known: at ``iter()`` one
+- ``FIXED``: per-worker inputs whose lengths are all known: at ``iter()`` one
   ``all_gather_json`` agrees on the longest; workers that run out earlier
   receive empty batches until then.
-- ``per_step``: some length is unknown: every step one ``agree_any`` says
+- ``PER_STEP``: some length is unknown: every step one ``agree_any`` says
   whether any worker still has data; exhausted workers receive empty batches.
+
+Where this replica is (`Phase`): ``READING`` its data, ``PADDING`` (its data
+ran out, other workers' did not: empty batches) or ``FINISHED`` (the pass
+ended on every worker).
 
 Empty batches have zero rows and the element spec's dtypes and inner shapes
 (taken from another worker if this one never saw an element), so every step
 still involves every replica and losses divided by the global batch size
 weigh the last partial batch correctly.
 
-Example (per-worker lengths 5 and 2 batches): both workers step 5 times; the
-second receives 3 empty batches at the end.
+Example (per-worker lengths 5 and 2 batches, so ``FIXED`` at 5): both workers
+step 5 times; the second is ``PADDING`` for the last 3 (empty batches), then
+both are ``FINISHED``.
 """
 from __future__ import annotations
 
+import enum
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
-from distrib.data.feeds import EMPTY, Feed, LocalFeed, PieceFeed, SliceFeed
+from distrib.data.dataset import Dataset
+from distrib.data.feeds import EMPTY, FEEDS, Feed
+from distrib.data.input_context import InputHost
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, spec_from_json,
-                                    spec_of, spec_to_json)
+from distrib.data.sharding import Sharding
+from distrib.data.stream import IterContext
+from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, spec_from_json, spec_of,
+                                    spec_to_json)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from distrib.data.distributed import DistributedDataset
-    from distrib.data.input_context import InputHost
-
-__all__ = ["DistributedIterator"]
+__all__ = ["DistributedIterator", "DistributedSource", "Ending", "Phase", "STATE_VERSION", "check_version"]
 
 _log = logging.getLogger("distrib.data")
-_VERSION = 1
-_NONE = object()
-_FEEDS = {"data": SliceFeed, "off": PieceFeed, "file": PieceFeed, "local": LocalFeed}
+
+#: Version of the states of distributed datasets and their iterators.
+STATE_VERSION = 1
+
+
+def check_version(state: Any) -> None:
+    """An error unless ``state`` is a distributed-dataset or -iterator state of this version."""
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        raise ValueError(f"not a distrib.data distributed-iterator state (version {STATE_VERSION}): "
+                         f"{str(state)[:80]}")
+
+
+class Ending(enum.Enum):
+    """How the pass ends (see the module docstring); the values are what states record."""
+
+    NATURAL = "natural"
+    FIXED = "fixed"
+    PER_STEP = "per_step"
+
+
+class Phase(enum.Enum):
+    """Where this replica is in the pass."""
+
+    READING = "reading"
+    PADDING = "padding"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class DistributedSource:
+    """What a `DistributedIterator` reads.
+
+    Args:
+        host: placement, device and collective (a strategy or an `InputBinding`).
+        dataset: the pipeline this worker task reads.
+        sharding: how it is divided among the replicas.
+        ctx: pass count, seeds and caches shared by the iterators of one distributed dataset.
+    """
+
+    host: InputHost
+    dataset: Dataset
+    sharding: Sharding
+    ctx: IterContext = field(compare=False)
+
+    @property
+    def element_spec(self) -> Any:
+        """The spec of one replica's batch."""
+        spec = self.dataset.element_spec
+        return spec if self.sharding is Sharding.LOCAL else loosen_batch(spec)
+
+
+@dataclass
+class _Peek:
+    """The first element, read ahead to agree on the ending, and the feed's state before it."""
+
+    element: Any
+    feed_state: dict
 
 
 class DistributedIterator:
-    """Per-replica batches of a `DistributedDataset`, on the strategy's device."""
+    """Per-replica batches of a `DistributedSource`, on the host's device."""
 
-    def __init__(self, owner: "DistributedDataset") -> None:
-        self._owner = owner
-        strategy = owner._strategy
-        self._collective = strategy.collective
-        device = torch.device(strategy.device) if strategy.device is not None else None
+    def __init__(self, source: DistributedSource) -> None:
+        self._source = source
+        host = source.host
+        self._collective = host.collective
+        device = torch.device(host.device) if host.device is not None else None
         self._device = device if device is not None and device.type != "cpu" else None
-        self._placement = strategy.input_placement()
+        self._placement = host.input_placement()
         self._n, self._r = self._placement.num_replicas_in_sync, self._placement.replica_id
         self._feed = self._make_feed(None)
-        self._pending: Any = _NONE
-        self._pending_state: Optional[dict] = None
+        self._peek: Optional[_Peek] = None
         self._spec: Any = None
         self._step = 0
         self._total = UNKNOWN
-        self._local_done = False
-        self._finished = False
+        self._phase = Phase.READING
         self._ending = self._choose_ending()
 
     def _make_feed(self, state: Optional[dict]) -> Feed:
-        o = self._owner
-        return _FEEDS[o._mode](o._dataset, o._ctx, self._placement, state)
+        s = self._source
+        return FEEDS[s.sharding](s.dataset, s.ctx, self._placement, state)
 
-    def _choose_ending(self) -> str:
-        """'natural' (stop at the end of the stream), 'fixed' (agreed step count) or 'per_step'."""
+    def _choose_ending(self) -> Ending:
         if self._n == 1:
-            return "natural"
-        if not self._owner.per_worker:
-            n = self._owner._dataset.cardinality()
-            return "per_step" if n == UNKNOWN else "natural"
-        self._pending_state = self._feed.state()
-        self._pending = self._feed.next()
-        if self._pending is not None and self._pending is not EMPTY:
-            self._pending = materialize(self._pending)
-            self._spec = loosen_batch(spec_of(self._pending))
-        mine = {"steps": self._feed.steps(),
-                "spec": None if self._spec is None else spec_to_json(self._spec)}
+            return Ending.NATURAL
+        if not self._source.sharding.per_worker:
+            return Ending.PER_STEP if self._source.dataset.cardinality() == UNKNOWN else Ending.NATURAL
+        before = self._feed.state()
+        first = self._feed.next()
+        if first is not None and first is not EMPTY:
+            first = materialize(first)
+            self._spec = loosen_batch(spec_of(first))
+        self._peek = _Peek(first, before)
+        mine = {"steps": self._feed.steps(), "spec": None if self._spec is None else spec_to_json(self._spec)}
         everyone = self._collective.all_gather_json(mine)
         specs = [e["spec"] for e in everyone if e["spec"] is not None]
         if specs and self._spec is None:  # this worker has no data: pad like the others
             self._spec = spec_from_json(specs[0])
         steps = [e["steps"] for e in everyone]
         if UNKNOWN in steps:
-            return "per_step"
+            return Ending.PER_STEP
         self._total = INFINITE if INFINITE in steps else max(steps)
-        return "fixed"
+        return Ending.FIXED
 
     # ------------------------------------------------------------- iteration
-    def _next_local(self) -> Any:
-        if self._pending is not _NONE:
-            element, self._pending, self._pending_state = self._pending, _NONE, None
+    def _read(self) -> Any:
+        if self._peek is not None:
+            element, self._peek = self._peek.element, None
             return element
         return self._feed.next()
 
-    def _padding(self) -> Any:
-        if self._spec is None:
-            self._spec = self._owner.element_spec
-        return empty_from_spec(self._spec)
+    def _finish(self) -> None:
+        self._phase = Phase.FINISHED
+        return None
 
     def _next(self) -> Any:
-        if self._finished:
+        if self._phase is Phase.FINISHED:
             return None
         ending = self._ending
-        if ending == "fixed" and self._total != INFINITE and self._step >= self._total:
-            self._finished = True
-            return None
-        element = None if self._local_done else self._next_local()
+        if ending is Ending.FIXED and self._total != INFINITE and self._step >= self._total:
+            return self._finish()
+        element = self._read() if self._phase is Phase.READING else None
         if element is None:
-            self._local_done = True
-            if ending == "natural":
-                self._finished = True
-                return None
-        if ending == "per_step" and not self._collective.agree_any(element is not None):
-            self._finished = True
-            return None
+            self._phase = Phase.PADDING
+            if ending is Ending.NATURAL:
+                return self._finish()
+        if ending is Ending.PER_STEP and not self._collective.agree_any(element is not None):
+            return self._finish()
         self._step += 1
         value = self._padding() if element is None or element is EMPTY else materialize(element)
         if self._spec is None:
@@ -130,6 +189,11 @@ class DistributedIterator:
             value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
                                if isinstance(t, torch.Tensor) else t, value)
         return value
+
+    def _padding(self) -> Any:
+        if self._spec is None:
+            self._spec = self._source.element_spec
+        return empty_from_spec(self._spec)
 
     def __iter__(self) -> "DistributedIterator":
         return self
@@ -151,30 +215,37 @@ class DistributedIterator:
         value = self._next()
         return DataOptional.empty(self.element_spec) if value is None else DataOptional.from_value(value)
 
+    def next_with_global_size(self) -> Tuple[Any, int]:
+        """``(this replica's next batch, rows in its global batch)``; StopIteration at the end.
+
+        The size is planned, with no communication, where every worker reads
+        the same global stream of known length (`Ending.NATURAL`); otherwise
+        the replicas' rows are summed, a collective every replica makes.
+        """
+        batch = next(self)
+        planned = self._feed.global_size if self._ending is Ending.NATURAL and self._peek is None else None
+        return batch, global_batch_size(batch, planned, self._collective, self._n)
+
     @property
     def element_spec(self) -> Any:
-        return self._owner.element_spec
+        return self._source.element_spec
 
     @property
-    def global_batch_size(self) -> Optional[int]:
-        """Examples in the global batch the last batch came from, where known without a collective.
+    def ending(self) -> Ending:
+        """How this pass ends (agreed by every worker)."""
+        return self._ending
 
-        Known for DATA-sharded input (every worker plans the same global batches);
-        None for per-worker input, where only a reduction could tell.
-        """
-        if self._ending != "natural" or self._pending is not _NONE:
-            return None
-        return self._feed.global_size
+    @property
+    def phase(self) -> Phase:
+        """Where this replica is in the pass."""
+        return self._phase
 
     @property
     def finished(self) -> bool:
         """True once the pass has ended on every worker."""
-        return self._finished
+        return self._phase is Phase.FINISHED
 
     # ----------------------------------------------------------- checkpoints
-    def _feed_state(self) -> dict:
-        return self._pending_state if self._pending is not _NONE else self._feed.state()
-
     def state_dict(self, gather: bool = True) -> Dict[str, Any]:
         """The position as a JSON-able dict.
 
@@ -182,29 +253,28 @@ class DistributedIterator:
         is collected, so this is a collective call that every worker must make
         (``gather=False`` returns this worker's part only).
         """
-        local = {"feed": self._feed_state(), "local_done": self._local_done}
+        feed_state = self._peek.feed_state if self._peek is not None else self._feed.state()
+        local = {"feed": feed_state, "local_done": self._phase is not Phase.READING}
         workers = [local]
-        if self._owner.per_worker and self._n > 1 and gather:
+        if self._source.sharding.per_worker and self._n > 1 and gather:
             workers = self._collective.all_gather_json(local)
-        return {"version": _VERSION, "mode": self._owner._mode, "num_replicas": self._n,
-                "replica_id": self._r, "ending": self._ending, "step": self._step,
-                "total": self._total, "finished": self._finished, "workers": workers}
+        return {"version": STATE_VERSION, "mode": self._source.sharding.value, "num_replicas": self._n,
+                "replica_id": self._r, "ending": self._ending.value, "step": self._step,
+                "total": self._total, "finished": self._phase is Phase.FINISHED, "workers": workers}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved position (see the module docstring for other worker counts)."""
-        from distrib.data.distributed import check_version
-
+        """Continue from a saved position (see `distrib.data.distributed` for other worker counts)."""
         check_version(state)
-        mode = self._owner._mode
-        if state["mode"] != mode:
+        sharding = self._source.sharding
+        if state["mode"] != sharding.value:
             raise ValueError(f"iterator state was saved in {state['mode']!r} mode but this dataset is "
-                             f"distributed in {mode!r} mode: restore it into the same kind of dataset")
+                             f"distributed in {sharding.value!r} mode: restore it into the same kind of dataset")
         saved_n = int(state["num_replicas"])
-        if self._owner.per_worker:
+        if sharding.per_worker:
             if saved_n != self._n or len(state["workers"]) != self._n:
                 _log.warning("input position saved with %d workers cannot be restored onto %d: "
-                             "%s input is per worker; starting this pass from its beginning",
-                             saved_n, self._n, "FILE-sharded" if mode == "file" else "dataset-function")
+                             "%s input is per worker; starting this pass from its beginning", saved_n, self._n,
+                             "FILE-sharded" if sharding is Sharding.FILE else "dataset-function")
                 return
             mine = state["workers"][self._r]
         else:
@@ -214,11 +284,11 @@ class DistributedIterator:
                           "sequence of examples continues unchanged, each batch now split %d ways",
                           saved_n, self._n, self._n)
         self._feed = self._make_feed(mine["feed"])
-        self._pending, self._pending_state = _NONE, None
-        self._local_done = bool(mine["local_done"])
+        self._peek = None
         self._step, self._total = int(state["step"]), int(state["total"])
-        self._finished = bool(state["finished"])
+        self._phase = (Phase.FINISHED if state["finished"] else
+                       Phase.PADDING if mine["local_done"] else Phase.READING)
         if self._n > 1 and saved_n == self._n:
-            self._ending = state["ending"]
+            self._ending = Ending(state["ending"])
         elif self._n == 1:
-            self._ending = "natural"
+            self._ending = Ending.NATURAL

@@ -30,37 +30,24 @@ Example (MirroredStrategy with 2 devices, ``range(10).batch(4)``):
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Type
 
+from distrib.data.batch_split import piece_bounds, split_bounds
 from distrib.data.blocks import element_size, slice_element
 from distrib.data.dataset import Dataset
 from distrib.data.input_context import InputPlacement
 from distrib.data.iterator import DatasetIterator
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import split_bounds
+from distrib.data.sharding import Sharding
 from distrib.data.stream import IterContext
 
-__all__ = ["Feed", "SliceFeed", "PieceFeed", "LocalFeed", "EMPTY", "piece_bounds"]
+__all__ = ["Feed", "SliceFeed", "PieceFeed", "LocalFeed", "EMPTY", "FEEDS"]
 
 _log = logging.getLogger("distrib.data")
 _WHAT = "a global batch of the distributed dataset"
 
 #: The step exists, but this replica's part of it is empty.
 EMPTY = object()
-
-
-def piece_bounds(size: int, nominal: int, parts: int, index: int) -> Tuple[int, int]:
-    """Rows ``[lo, hi)`` of piece ``index`` when a batch of ``size`` rows (normally ``nominal``) is cut.
-
-    Pieces have the sizes of an even split of ``nominal`` and are filled in
-    order, so a partial batch leaves the last pieces short or empty.
-
-    Example:
-        >>> [piece_bounds(2, 4, 2, i) for i in range(2)]
-        [(0, 2), (2, 2)]
-    """
-    lo, hi = split_bounds(max(size, nominal), parts, index)
-    return min(lo, size), min(hi, size)
 
 
 class Feed:
@@ -191,3 +178,8 @@ class LocalFeed(Feed):
     def steps(self) -> int:
         n = self._dataset.cardinality()
         return n if n < 0 else -(-n // self._local)
+
+
+#: The feed that reads each `Sharding`.
+FEEDS: Dict[Sharding, Type[Feed]] = {Sharding.DATA: SliceFeed, Sharding.OFF: PieceFeed, Sharding.FILE: PieceFeed,
+                                     Sharding.LOCAL: LocalFeed}

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
 import torch
 
+from distrib.data.batch_split import per_replica_batch_size
+
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
 
@@ -47,15 +49,7 @@ class InputContext:
 
     def get_per_replica_batch_size(self, global_batch_size: int) -> int:
         """``global_batch_size // num_replicas_in_sync``; an error when it does not divide."""
-        n = self.num_replicas_in_sync
-        if global_batch_size % n:
-            lo = global_batch_size - global_batch_size % n
-            hi = lo + n
-            near = f"{lo} or {hi}" if lo > 0 else f"{hi}"
-            raise ValueError(
-                f"global batch size {global_batch_size} does not divide by "
-                f"num_replicas_in_sync={n}: use a multiple of {n} (e.g. {near})")
-        return global_batch_size // n
+        return per_replica_batch_size(global_batch_size, self.num_replicas_in_sync)
 
 
 @dataclass(frozen=True)

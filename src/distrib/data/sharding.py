@@ -1,23 +1,21 @@
-"""Auto-sharding: which policy applies, FILE rewrites, and even splits of a batch.
+"""Auto-sharding: which policy applies, how a pipeline is divided, FILE rewrites.
 
-`resolve_policy` turns AUTO into FILE or DATA as tf.data does (FILE when the
-pipeline reads files through one `Dataset.from_files` and there is at least
-one file per worker, DATA otherwise) and logs the choice once at DEBUG on
-the ``distrib.data`` logger. `shard_files` gives worker ``i`` of ``n`` the files
-``i, i+n, ...``.
+`shard` is the one entry: it resolves the policy and returns the pipeline
+this worker task reads with its `Sharding` (how the feeds divide it among
+replicas). `resolve_policy` turns AUTO into FILE or DATA as tf.data does
+(FILE when the pipeline reads files through one `Dataset.from_files` and
+there is at least one file per worker, DATA otherwise) and logs the choice
+once at DEBUG on the ``distrib.data`` logger. `shard_files` gives worker ``i``
+of ``n`` the files ``i, i+n, ...``. How each batch is then divided among
+replicas is `distrib.data.batch_split`'s.
 
-`split_bounds` is how every batch is divided among replicas: the first
-``size % parts`` replicas get one example more, so sizes differ by at most one,
-every example goes to exactly one replica, and slices are contiguous.
-
-Example:
-    >>> [split_bounds(10, 3, r) for r in range(3)]
-    [(0, 4), (4, 7), (7, 10)]
-    >>> [split_bounds(1, 2, r) for r in range(2)]
-    [(0, 1), (1, 1)]
+Example (2 worker tasks, a pipeline without files):
+    >>> shard(Dataset.range(8).batch(4), num_workers=2, worker=1)[1]
+    <Sharding.DATA: 'data'>
 """
 from __future__ import annotations
 
+import enum
 import logging
 from typing import List, Tuple
 
@@ -26,16 +24,35 @@ from distrib.data.options import AutoShardPolicy
 from distrib.data.sources import FilesDataset
 from distrib.data.stream import walk
 
-__all__ = ["resolve_policy", "shard_files", "split_bounds", "file_sources"]
+__all__ = ["Sharding", "shard", "resolve_policy", "shard_files", "file_sources"]
 
 _log = logging.getLogger("distrib.data")
 
 
-def split_bounds(size: int, parts: int, index: int) -> Tuple[int, int]:
-    """The ``[lo, hi)`` rows of part ``index`` when ``size`` rows are split into ``parts``."""
-    base, extra = divmod(size, parts)
-    lo = index * base + min(index, extra)
-    return lo, lo + base + (1 if index < extra else 0)
+class Sharding(enum.Enum):
+    """How a distributed dataset's stream is divided among replicas (see `distrib.data.feeds`).
+
+    The values are what iterator states record.
+    """
+
+    DATA = "data"    #: every worker plans the same global batches; each replica takes an even slice
+    OFF = "off"      #: every worker reads everything; its batches are cut into per-replica pieces
+    FILE = "file"    #: each worker reads its own files; its batches are cut into per-replica pieces
+    LOCAL = "local"  #: a dataset function's per-replica batches, dealt to the task's replicas
+
+    @property
+    def per_worker(self) -> bool:
+        """True when workers read different streams (FILE, dataset functions)."""
+        return self in (Sharding.FILE, Sharding.LOCAL)
+
+
+def shard(dataset: Dataset, num_workers: int, worker: int) -> Tuple[Dataset, Sharding]:
+    """``(the pipeline worker ``worker`` of ``num_workers`` reads, its Sharding)`` under the dataset's options."""
+    files = file_sources(dataset)
+    policy = resolve_policy(files, num_workers, dataset.options().distribute.auto_shard_policy)
+    if policy == AutoShardPolicy.FILE:
+        return shard_files(dataset, files[0], num_workers, worker), Sharding.FILE
+    return dataset, Sharding.OFF if policy == AutoShardPolicy.OFF else Sharding.DATA
 
 
 def file_sources(dataset: Dataset) -> List[FilesDataset]:
@@ -43,13 +60,13 @@ def file_sources(dataset: Dataset) -> List[FilesDataset]:
     return [node for node in walk(dataset) if isinstance(node, FilesDataset)]
 
 
-def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) -> AutoShardPolicy:
-    """The policy to apply (never AUTO); an error when FILE cannot be honoured.
+def resolve_policy(files: List[FilesDataset], num_workers: int, policy: AutoShardPolicy) -> AutoShardPolicy:
+    """The policy to apply (never AUTO) to a pipeline reading ``files``; an error when FILE cannot be honoured.
 
-    ``num_workers`` counts input pipelines (worker tasks), not replicas. With
-    one, FILE on a pipeline without files reads everything (OFF), as in TF.
+    ``files`` are the pipeline's `file_sources`. ``num_workers`` counts input
+    pipelines (worker tasks), not replicas. With one, FILE on a pipeline
+    without files reads everything (OFF), as in TF.
     """
-    files = file_sources(dataset)
     if policy == AutoShardPolicy.AUTO:
         if len(files) == 1 and len(files[0].paths) >= num_workers:
             _log.debug("auto_shard_policy AUTO: sharding by FILE (%d files over %d workers)",
@@ -76,9 +93,8 @@ def resolve_policy(dataset: Dataset, num_workers: int, policy: AutoShardPolicy) 
     return policy
 
 
-def shard_files(dataset: Dataset, num_workers: int, worker: int) -> Dataset:
-    """The pipeline reading only worker ``worker``'s files (``paths[worker::num_workers]``)."""
-    source = file_sources(dataset)[0]
+def shard_files(dataset: Dataset, source: FilesDataset, num_workers: int, worker: int) -> Dataset:
+    """The pipeline reading only worker ``worker``'s files of ``source`` (``paths[worker::num_workers]``)."""
     mine = source.with_paths(source.paths[worker::num_workers])
 
     def rewrite(node: Dataset) -> Dataset:

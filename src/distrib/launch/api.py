@@ -13,28 +13,33 @@ Example:
     ``DISTRIB_RESTART_COUNT`` one higher), at most twice; a task that exits
     with `RESTART_EXIT_CODE` (preempted, checkpoint saved) restarts the group
     without using up one of those two.
+
+`launch` reads top to bottom in stages: resolve the layout (`_resolve_layout`,
+`_check_arguments`, `_base_environment`), give the tasks' store its secret
+(`_job_secret`), then per attempt pick ports (`_pick_ports`), start the tasks
+(`_start_tasks`), supervise them (`_supervise`), decide on a restart
+(`distrib.launch.restarts`), and report (`distrib.launch.report`).
 """
 from __future__ import annotations
 
 import os
 import queue
-import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
-from distrib.error_report import short_cause
-from distrib.process.exit_codes import (EXIT_TASK_FAILED, MAX_PREEMPTION_RESTARTS,
-                                       describe_returncode, signal_exit_code, signal_name)
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
-from distrib.process.ports import reserve_ports
-from distrib.launch.result import LaunchResult, LaunchTimeoutError
-from distrib.launch.signals import catch_signals
-from distrib.process.spawn import python_command
+from distrib.launch.report import LaunchReport
+from distrib.launch.restarts import restart_after_failure
+from distrib.launch.result import LaunchResult
+from distrib.launch.signals import InterruptState, catch_signals
 from distrib.launch.supervisor import Outcome, TaskGroup, TaskLaunch
+from distrib.process.ports import reserve_ports
+from distrib.process.spawn import python_command
 
 __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 
@@ -42,44 +47,7 @@ __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 #: preempted task to save its checkpoint.
 DEFAULT_GRACE_SECONDS = 10.0
 
-_PREFIX = "distrib launch: "
-
-
-def _others(count: int) -> str:
-    if count == 0:
-        return "no other task was running"
-    return "stopped the other task" if count == 1 else f"stopped the other {count} tasks"
-
-
-def _with_columns(env: Dict[str, str], columns: Optional[int]) -> Dict[str, str]:
-    """The task's ``COLUMNS``: the launcher's terminal width less the task's line prefix."""
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    return env
-
-
-def _check_target(target: str, module: bool, cwd: Optional[str]) -> None:
-    if not target:
-        raise ValueError("distrib launch: no script or module given")
-    if not module:
-        path = target if os.path.isabs(target) else os.path.join(cwd or os.getcwd(), target)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"distrib launch: script not found: {path}")
-
-
-def _run_attempt(group: TaskGroup, deadline: Optional[float],
-                 grace_seconds: float) -> Tuple[Outcome, List[str], List[TaskSpec]]:
-    """Start, supervise and stop one group: (why it ended, tasks then running, tasks stopped)."""
-    try:
-        group.start()
-        outcome = group.supervise(deadline)
-        if outcome.kind == "preempted":
-            group.let_finish(grace_seconds)
-        running = group.running_names()
-        stopped = group.stop()
-    finally:
-        group.close()
-    return outcome, running, stopped
+_Cluster = Dict[str, List[str]]
 
 
 def launch(
@@ -146,10 +114,10 @@ def launch(
             chief). A restart restarts this node's tasks only.
         node_rank: this node's index in ``hosts``.
         master_port: first port of a multi-node cluster (the chief's).
-        elastic: a failed training task other than the chief is started again
-            alone and catches up from the survivors (`distrib.comm.elastic`; sets
-            ``DISTRIB_ELASTIC=1`` in every task); each replacement uses one of
-            ``max_restarts``. A lost chief still restarts the whole group.
+        elastic: a training task other than the chief that is killed by a
+            signal is started again alone and catches up from the survivors
+            (`distrib.comm.elastic`; sets ``DISTRIB_ELASTIC=1`` in every task);
+            each replacement uses one of ``max_restarts``.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -162,21 +130,76 @@ def launch(
             was stopped first (as `subprocess.run` does).
         ValueError, FileNotFoundError: bad arguments (nothing was started).
     """
-    layout = ClusterLayout(workers=workers, chief=chief, ps=ps, evaluator=evaluator)
-    fixed_cluster = None
-    if hosts is not None:
-        if chief or ps or evaluator:
-            raise ValueError("distrib launch: a multi-node launch (--hosts) runs worker tasks "
-                             "only; drop --chief, --ps and --evaluator")
-        fixed_cluster = build_node_cluster(list(hosts), workers, master_port)
-        local_tasks = node_tasks(node_rank, len(hosts), workers)
+    plan = _resolve_layout(workers, chief, ps, evaluator, hosts, node_rank, master_port)
     target = os.fspath(target)
-    _check_target(target, module, cwd)
+    _check_arguments(target, module, cwd, max_restarts, timeout)
+    router = OutputRouter(output)
+    base_env = _job_secret(_base_environment(router, env, verbose), plan)
+    if elastic:
+        base_env["DISTRIB_ELASTIC"] = "1"
+    job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
+               base_env, cwd, grace_seconds)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    report = LaunchReport(router, timeout)
+    events: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+    with catch_signals(events) as interrupts:
+        while True:
+            report.check_time_left(deadline)
+            attempt = _pick_ports(plan, host)
+            result = report.result
+            left = max_restarts - (result.restarts - result.preemption_restarts + result.replacements)
+            group = _start_tasks(job, attempt, report, events, interrupts, left if elastic else 0)
+            outcome, running, stopped = _supervise(group, deadline, grace_seconds, interrupts)
+            result.replacements += len(group.replaced)
+            result.failures.extend(group.replaced)
+            report.result.tasks = group.statuses()
+            if outcome.kind in ("success", "signal", "timeout"):
+                return report.ended(outcome, running, stopped)
+            if not restart_after_failure(outcome, stopped, report, max_restarts):
+                return report.finish()
+
+
+# -- resolve the layout ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Plan:
+    """The tasks this launcher starts: a local layout, or this node's part of a fixed multi-node cluster."""
+
+    layout: ClusterLayout
+    node_cluster: Optional[_Cluster] = None
+    node_tasks: Tuple[TaskSpec, ...] = ()
+    nodes: int = 1
+
+
+def _resolve_layout(workers: int, chief: bool, ps: int, evaluator: bool,
+                    hosts: Optional[Sequence[str]], node_rank: int, master_port: int) -> _Plan:
+    layout = ClusterLayout(workers=workers, chief=chief, ps=ps, evaluator=evaluator)
+    if hosts is None:
+        return _Plan(layout)
+    if chief or ps or evaluator:
+        raise ValueError("distrib launch: a multi-node launch (--hosts) runs worker tasks "
+                         "only; drop --chief, --ps and --evaluator")
+    cluster = build_node_cluster(list(hosts), workers, master_port)
+    return _Plan(layout, cluster, tuple(node_tasks(node_rank, len(hosts), workers)), len(hosts))
+
+
+def _check_arguments(target: str, module: bool, cwd: Optional[str], max_restarts: int,
+                     timeout: Optional[float]) -> None:
+    if not target:
+        raise ValueError("distrib launch: no script or module given")
+    if not module:
+        path = target if os.path.isabs(target) else os.path.join(cwd or os.getcwd(), target)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"distrib launch: script not found: {path}")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"distrib launch: max_restarts must be an integer >= 0, got {max_restarts!r}")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"distrib launch: timeout must be > 0 seconds, got {timeout!r}")
-    router = OutputRouter(output)
+
+
+def _base_environment(router: OutputRouter, env: Optional[Mapping[str, Optional[str]]],
+                      verbose: bool) -> Dict[str, str]:
+    """The launcher's environment with the caller's ``env`` applied: what every task starts from."""
     base_env: Dict[str, str] = dict(os.environ)
     if router.live:
         base_env["DISTRIB_PROGRESS_TTY"] = "1"
@@ -184,113 +207,98 @@ def launch(
         base_env.pop("DISTRIB_PROGRESS_TTY", None)
     if verbose:
         base_env["DISTRIB_VERBOSE"] = "1"
-    if elastic:
-        base_env["DISTRIB_ELASTIC"] = "1"
     for key, value in (env or {}).items():
         if value is None:
             base_env.pop(key, None)
         else:
             base_env[key] = str(value)
-    if not base_env.get(SECRET_ENV) and not base_env.get(SECRET_FILE_ENV):
-        if fixed_cluster is None or len(hosts or ()) == 1:
-            base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
-        else:  # the launchers of the other nodes cannot know a secret made here
-            print("distrib launch: no job secret for this multi-node job, so its store is not "
-                  f"authenticated; export the same {SECRET_ENV} (or {SECRET_FILE_ENV}) on every node",
-                  file=sys.stderr)
-    command = python_command(target, [str(a) for a in args], module=module, python=python)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    result = LaunchResult(returncode=EXIT_TASK_FAILED)
-    counted = 0
-    events: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+    return base_env
 
-    def log(message: str) -> None:
-        router.launcher_line(_PREFIX + message)
 
-    def finish() -> LaunchResult:
-        result.outputs = router.outputs()
-        result.output = router.combined()
-        return result
+# -- the store's secret ---------------------------------------------------------------------------
 
-    with catch_signals(events) as interrupts:
-        while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                message = f"timed out after {timeout:g} s before restart {result.restarts}"
-                log(message)
-                result.failures.append(message)
-                raise LaunchTimeoutError(_PREFIX + message, finish())
-            if fixed_cluster is not None:
-                tasks, cluster, local_training = local_tasks, fixed_cluster, len(local_tasks)
-            else:
-                tasks = layout.tasks()
-                cluster = build_cluster(layout, host, reserve_ports(len(tasks), host))
-                local_training = len(layout.training_tasks())
-            launches = [
-                TaskLaunch(task, command, _with_columns(task_environment(
-                    base_env, cluster, task, num_training_tasks=local_training,
-                    restart_count=result.restarts), router.task_columns(task.name)))
-                for task in tasks
-            ]
-            router.forget_errors()
-            log("starting " + ", ".join(
-                f"{t.name} ({cluster[t.task_type][t.task_index]})" for t in tasks))
-            group = TaskGroup(launches, router=router, events=events, interrupts=interrupts,
-                              grace_seconds=grace_seconds, cwd=cwd,
-                              replacements=max_restarts - counted if elastic else 0)
-            outcome, running, stopped = _run_attempt(group, deadline, grace_seconds)
-            counted += len(group.replaced)
-            result.replacements += len(group.replaced)
-            result.failures.extend(group.replaced)
-            result.tasks = group.statuses()
-            if interrupts.signum is not None and outcome.kind != "success":
-                outcome = Outcome("signal", signum=interrupts.signum)
-            if outcome.kind == "success":
-                result.returncode = 0
-                return finish()
-            if outcome.kind == "signal":
-                signum = outcome.signum or 0
-                log(f"received {signal_name(signum)}; stopped {len(stopped)} running "
-                    f"task{'s' if len(stopped) != 1 else ''}")
-                result.returncode = signal_exit_code(signum)
-                result.failures.append(f"launcher received {signal_name(signum)}")
-                finish()
-                if signum == signal.SIGINT:
-                    raise KeyboardInterrupt
-                return result
-            if outcome.kind == "timeout":
-                message = (f"timed out after {timeout:g} s; stopped "
-                           f"{', '.join(running) if running else 'no running task'}")
-                log(message)
-                result.failures.append(message)
-                raise LaunchTimeoutError(_PREFIX + message, finish())
-            assert outcome.task is not None and outcome.returncode is not None
-            failure = f"{outcome.task.name} {describe_returncode(outcome.returncode)}"
-            if outcome.returncode == -signal.SIGTERM:  # the launcher's own SIGTERMs are never failures
-                failure += (" from outside distrib launch (preempted? BackupAndRestore saves and "
-                            "restarts on SIGTERM during fit, and exits with 0 once fit completed)")
-            result.failures.append(failure)
-            # The task's last stderr line: distrib's one-line error or the traceback's last line.
-            cause = router.last_error_line(outcome.task.name) if outcome.returncode > 0 else None
-            if cause:
-                cause = short_cause(cause, outcome.task.name)
-            preempted = outcome.kind == "preempted"
-            said = f"{failure} ({cause})" if cause and not preempted else failure
-            if preempted and result.preemption_restarts < MAX_PREEMPTION_RESTARTS:
-                result.preemption_restarts += 1
-                result.restarts += 1
-                log(f"{said}; restarting all tasks (not counted against max restarts)")
-                continue
-            if not preempted and counted < max_restarts:
-                counted += 1
-                result.restarts += 1
-                log(f"{said}; restarting all tasks (restart {counted} of {max_restarts})")
-                continue
-            if preempted:
-                tail = f"; giving up after {MAX_PREEMPTION_RESTARTS} preemption restarts"
-            elif max_restarts:
-                tail = f"; giving up after {max_restarts} restart{'s' if max_restarts != 1 else ''}"
-            else:
-                tail = ""
-            log(f"{said}; {_others(len(stopped))}{tail}")
-            result.returncode = EXIT_TASK_FAILED
-            return finish()
+def _job_secret(base_env: Dict[str, str], plan: _Plan) -> Dict[str, str]:
+    """``base_env`` with a fresh job secret for the tasks' store, unless it names one already.
+
+    The launchers of a job's other nodes cannot know a secret made here, so a
+    multi-node job without one runs an unauthenticated store (and says so).
+    """
+    if base_env.get(SECRET_ENV) or base_env.get(SECRET_FILE_ENV):
+        return base_env
+    if plan.nodes == 1:
+        base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
+    else:
+        print("distrib launch: no job secret for this multi-node job, so its store is not "
+              f"authenticated; export the same {SECRET_ENV} (or {SECRET_FILE_ENV}) on every node",
+              file=sys.stderr)
+    return base_env
+
+
+# -- pick ports, start the tasks, supervise them --------------------------------------------------
+
+@dataclass(frozen=True)
+class _Job:
+    """What every attempt starts the same way: the command, its base environment and directory."""
+
+    command: List[str]
+    base_env: Mapping[str, str]
+    cwd: Optional[str]
+    grace_seconds: float
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One attempt's tasks, their cluster and how many of them train on this node."""
+
+    tasks: Sequence[TaskSpec]
+    cluster: _Cluster
+    local_training: int
+
+
+def _pick_ports(plan: _Plan, host: str) -> _Attempt:
+    """This attempt's tasks and their cluster: fresh free ports, unless the cluster is fixed."""
+    if plan.node_cluster is not None:
+        return _Attempt(plan.node_tasks, plan.node_cluster, len(plan.node_tasks))
+    tasks = plan.layout.tasks()
+    cluster = build_cluster(plan.layout, host, reserve_ports(len(tasks), host))
+    return _Attempt(tasks, cluster, len(plan.layout.training_tasks()))
+
+
+def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
+                 events: "queue.SimpleQueue[Any]", interrupts: InterruptState, replacements: int) -> TaskGroup:
+    """The group of this attempt's tasks, each with its own ``TF_CONFIG`` (started by `_supervise`)."""
+    router = report.router
+    launches = []
+    for task in attempt.tasks:
+        task_env = task_environment(job.base_env, attempt.cluster, task,
+                                    num_training_tasks=attempt.local_training,
+                                    restart_count=report.result.restarts)
+        columns = router.task_columns(task.name)  # the terminal width less the task's line prefix
+        if columns is not None:
+            task_env["COLUMNS"] = str(columns)
+        launches.append(TaskLaunch(task, job.command, task_env))
+    router.forget_errors()
+    report.log("starting " + ", ".join(
+        f"{t.name} ({attempt.cluster[t.task_type][t.task_index]})" for t in attempt.tasks))
+    return TaskGroup(launches, router=router, events=events, interrupts=interrupts,
+                     grace_seconds=job.grace_seconds, cwd=job.cwd, replacements=replacements)
+
+
+def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float,
+               interrupts: InterruptState) -> Tuple[Outcome, List[str], List[TaskSpec]]:
+    """Start, supervise and stop one group: (why it ended, tasks then running, tasks stopped).
+
+    A signal to the launcher outweighs whatever else ended an attempt that did not succeed.
+    """
+    try:
+        group.start()
+        outcome = group.supervise(deadline)
+        if outcome.kind == "preempted":
+            group.let_finish(grace_seconds)
+        running = group.running_names()
+        stopped = group.stop()
+    finally:
+        group.close()
+    if interrupts.signum is not None and outcome.kind != "success":
+        outcome = Outcome("signal", signum=interrupts.signum)
+    return outcome, running, stopped

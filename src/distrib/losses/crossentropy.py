@@ -202,7 +202,24 @@ class SparseCategoricalCrossentropy(Loss):
         return {"from_logits": self.from_logits, "ignore_class": self.ignore_class, **super().get_config()}
 
 
-class CategoricalCrossentropy(Loss):
+class _SmoothedCrossentropy(Loss):
+    """What the categorical and binary crossentropy losses share: their arguments and config."""
+
+    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
+                 reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
+        if isinstance(axis, (str, Reduction)) or axis is None:  # the old positional order (..., reduction)
+            axis, reduction = -1, axis
+        super().__init__(reduction, name)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = float(label_smoothing)
+        self.axis = int(axis)
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis,
+                **super().get_config()}
+
+
+class CategoricalCrossentropy(_SmoothedCrossentropy):
     """Keras's ``CategoricalCrossentropy``: one-hot labels, class scores.
 
     Args:
@@ -214,24 +231,11 @@ class CategoricalCrossentropy(Loss):
 
     default_name = "categorical_crossentropy"
 
-    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
-                 reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
-        if isinstance(axis, (str, Reduction)) or axis is None:  # the old positional order (..., reduction)
-            axis, reduction = -1, axis
-        super().__init__(reduction, name)
-        self.from_logits = bool(from_logits)
-        self.label_smoothing = float(label_smoothing)
-        self.axis = int(axis)
-
     def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
         return categorical_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
 
-    def get_config(self) -> Dict[str, Any]:
-        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis,
-                **super().get_config()}
 
-
-class BinaryCrossentropy(Loss):
+class BinaryCrossentropy(_SmoothedCrossentropy):
     """Keras's ``BinaryCrossentropy``: 0/1 labels, one probability (or logit) per label.
 
     Args:
@@ -243,18 +247,5 @@ class BinaryCrossentropy(Loss):
 
     default_name = "binary_crossentropy"
 
-    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
-                 reduction: Any = Reduction.AUTO, name: Optional[str] = None) -> None:
-        if isinstance(axis, (str, Reduction)) or axis is None:  # the old positional order (..., reduction)
-            axis, reduction = -1, axis
-        super().__init__(reduction, name)
-        self.from_logits = bool(from_logits)
-        self.label_smoothing = float(label_smoothing)
-        self.axis = int(axis)
-
     def call(self, y_true: Any, y_pred: Any) -> torch.Tensor:
         return binary_crossentropy(y_true, y_pred, self.from_logits, self.label_smoothing, self.axis)
-
-    def get_config(self) -> Dict[str, Any]:
-        return {"from_logits": self.from_logits, "label_smoothing": self.label_smoothing, "axis": self.axis,
-                **super().get_config()}

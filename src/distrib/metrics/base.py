@@ -37,7 +37,7 @@ import torch
 
 from distrib.comm.collective import ReduceOp
 from distrib.metrics.packing import pack, unpack
-from distrib.strategies.context import get_strategy
+from distrib.strategies.default import get_strategy
 from distrib.strategies.interface import StrategyBoundState
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -39,12 +39,13 @@ import torch
 
 from distrib.comm.optimizer_hook import synchronize_gradients
 from distrib.optimizers.base import Optimizer as KerasNamedOptimizer
+from distrib.optimizers.torch_surface import TorchOptimizerSurface
 from distrib.optimizers.learning_rate import LearningRateValue, get_learning_rate, set_learning_rate
 
 __all__ = ["LossScaleOptimizer"]
 
 
-class LossScaleOptimizer:
+class LossScaleOptimizer(TorchOptimizerSurface):
     """Wraps an optimizer with (dynamic) loss scaling.
 
     Args:
@@ -206,9 +207,6 @@ class LossScaleOptimizer:
             var.grad = None if grad is None else grad.detach().clone()
         return self.step()
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.torch_optimizer.zero_grad(set_to_none=set_to_none)
-
     def finalize_variable_values(self, var_list: Any = None) -> None:
         """The inner optimizer's (EMA weights at the end of ``fit``)."""
         finalize = getattr(self.inner_optimizer, "finalize_variable_values", None)
@@ -216,14 +214,6 @@ class LossScaleOptimizer:
             finalize(var_list)
 
     # -- torch optimizer surface ----------------------------------------------
-    @property
-    def param_groups(self) -> List[Dict[str, Any]]:
-        return self.torch_optimizer.param_groups
-
-    @property
-    def state(self) -> Any:
-        return self.torch_optimizer.state
-
     def state_dict(self) -> Dict[str, Any]:
         """The inner optimizer's state plus the scale, so a checkpoint resumes the same schedule."""
         return {"optimizer": self.torch_optimizer.state_dict(),

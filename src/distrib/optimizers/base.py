@@ -35,6 +35,7 @@ import torch
 from distrib.optimizers import schedules
 from distrib.optimizers.keras_torch import BASE_DEFAULTS, KerasTorchOptimizer, check_unit_interval
 from distrib.optimizers.learning_rate import LearningRateValue
+from distrib.optimizers.torch_surface import TorchOptimizerSurface
 
 __all__ = ["Optimizer"]
 
@@ -47,7 +48,7 @@ def _check_nonneg(name: str, value: Optional[float], who: str) -> Optional[float
     return float(value)
 
 
-class Optimizer:
+class Optimizer(TorchOptimizerSurface):
     """Base of the Keras-named optimizers; subclasses set `torch_class` and `_torch_kwargs`.
 
     Args:
@@ -203,17 +204,6 @@ class Optimizer:
     # ------------------------------------------- torch optimizer surface
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         return self.torch_optimizer.step(closure)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.torch_optimizer.zero_grad(set_to_none=set_to_none)
-
-    @property
-    def param_groups(self) -> List[Dict[str, Any]]:
-        return self.torch_optimizer.param_groups
-
-    @property
-    def state(self) -> Any:
-        return self.torch_optimizer.state
 
     def state_dict(self) -> Dict[str, Any]:
         return self.torch_optimizer.state_dict()

@@ -66,12 +66,12 @@ class ExportError(DistribError, ValueError):
 
 
 def _module_and_strategy(obj: Any) -> Tuple[torch.nn.Module, Any]:
-    from distrib.strategies import context
+    from distrib.strategies import default
 
     module = getattr(obj, "module", obj)
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"saved_model.save needs a distrib.Model or torch.nn.Module, got {type(obj).__name__}")
-    strategy = getattr(obj, "distribute_strategy", None) or context.get_strategy()
+    strategy = getattr(obj, "distribute_strategy", None) or default.get_strategy()
     return module, strategy
 
 

@@ -20,12 +20,15 @@ Example (2 replicas, per-replica batch [0, 2] and [4, 6] for one channel):
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from distrib.comm.collective import ReduceOp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["synchronize_batch_norm", "is_synchronized"]
 
@@ -50,7 +53,7 @@ def is_synchronized(module: torch.nn.Module) -> bool:
     return bool(module.__dict__.get(_MARK, False))
 
 
-def synchronize_batch_norm(module: torch.nn.Module, strategy_of: Callable[[], Any]) -> bool:
+def synchronize_batch_norm(module: torch.nn.Module, strategy_of: Callable[[], Optional["Strategy"]]) -> bool:
     """Make a torch BatchNorm layer use global-batch statistics in training; False if not one.
 
     Args:
@@ -66,7 +69,7 @@ def synchronize_batch_norm(module: torch.nn.Module, strategy_of: Callable[[], An
     return True
 
 
-def _make_forward(strategy_of: Callable[[], Any]) -> Callable[..., torch.Tensor]:
+def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[..., torch.Tensor]:
     def forward(self: _BatchNorm, x: torch.Tensor) -> torch.Tensor:
         strategy = strategy_of()
         uses_batch_stats = self.training or (self.running_mean is None and self.running_var is None)

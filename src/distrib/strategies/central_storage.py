@@ -138,7 +138,7 @@ class CentralStorageStrategy(Strategy):
 
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
         """Every replica's value: all replicas are local."""
-        return self._own_results(value)
+        return self.own_results(value)
 
     # ---------------------------------------------------------------- run
     def run(self, fn: Callable, args: Sequence = (), kwargs: Optional[dict] = None) -> Any:

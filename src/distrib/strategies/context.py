@@ -2,8 +2,10 @@
 
 ``with strategy.scope():`` pushes a strategy; leaving pops it and restores the
 previous one, so scopes nest. Outside every scope the current strategy is the
-process's default strategy (`distrib.strategies.default.default_strategy()`). Code inside `Strategy.run` is in a *replica*
-context; everywhere else is the *cross-replica* context.
+process's default strategy (`distrib.strategies.default.get_strategy` falls
+back to it: this module sits below every strategy class and builds none).
+Code inside `Strategy.run` is in a *replica* context; everywhere else is the
+*cross-replica* context.
 
 Example:
     >>> s = distrib.OneDeviceStrategy("cpu")
@@ -17,12 +19,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["get_strategy", "has_strategy", "in_cross_replica_context", "get_replica_context"]
+__all__ = ["has_strategy", "in_cross_replica_context", "get_replica_context"]
 
 
 _job_strategy: "Optional[weakref.ref]" = None
@@ -67,21 +69,21 @@ def current_scope_strategy() -> Optional["Strategy"]:
     return _STATE.strategies[-1] if _STATE.strategies else None
 
 
-def get_strategy() -> "Strategy":
-    """The strategy of the innermost scope, or the default strategy outside any scope."""
-    s = current_scope_strategy()
-    if s is not None:
-        return s
-    from distrib.strategies.default import default_strategy
+_default_types: Tuple[type, ...] = ()
 
-    return default_strategy()
+
+def register_default_type(cls: type) -> None:
+    """Name the class of the pass-through default strategy (`distrib.strategies.default` does, once).
+
+    Until that module is imported no default strategy exists, so none is mistaken for one.
+    """
+    global _default_types
+    _default_types = (cls,)
 
 
 def is_default_strategy(strategy: "Strategy") -> bool:
     """True for the pass-through strategy `get_strategy()` returns outside every scope."""
-    from distrib.strategies.default import DefaultStrategy
-
-    return isinstance(strategy, DefaultStrategy)
+    return isinstance(strategy, _default_types)
 
 
 def has_strategy() -> bool:

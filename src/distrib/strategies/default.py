@@ -21,8 +21,9 @@ import torch
 
 from distrib.strategies import context
 from distrib.strategies.base import ReplicatedStrategy
+from distrib.strategies.interface import Strategy
 
-__all__ = ["DefaultStrategy", "default_strategy"]
+__all__ = ["DefaultStrategy", "default_strategy", "get_strategy"]
 
 
 class DefaultStrategy(ReplicatedStrategy):
@@ -50,6 +51,8 @@ class DefaultStrategy(ReplicatedStrategy):
             return fn(*args, **(kwargs or {}))
 
 
+context.register_default_type(DefaultStrategy)
+
 _instance: Optional[DefaultStrategy] = None
 _lock = threading.Lock()
 
@@ -61,3 +64,9 @@ def default_strategy() -> DefaultStrategy:
         if _instance is None:
             _instance = DefaultStrategy()
         return _instance
+
+
+def get_strategy() -> "Strategy":
+    """The strategy of the innermost scope, or the default strategy outside any scope."""
+    current = context.current_scope_strategy()
+    return current if current is not None else default_strategy()

@@ -9,7 +9,10 @@ contracts:
   ``device``, ``collective`` and the `InputContext` a dataset function
   receives (``input_context()``); `InputBinding` builds one from parts;
 * `checkpoint_role()` -> `distrib.checkpoint.CheckpointRole`: who writes
-  checkpoints and where, and the collective checkpoint code agrees through.
+  checkpoints and where, and the collective checkpoint code agrees through;
+* `step_scheduler()` -> a `distrib.strategies.step_scheduler.StepScheduler`
+  where steps run on other tasks (the parameter server's chief), else None:
+  how the training loop executes a step.
 
 The implementations: `ReplicatedStrategy` (Default, OneDevice, Mirrored,
 MultiWorkerMirrored: one process per replica around a collective),
@@ -35,6 +38,7 @@ from distrib.strategies.per_replica import PerReplica
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.checkpoint_role import CheckpointRole
+    from distrib.strategies.step_scheduler import StepScheduler
 
 __all__ = ["Strategy", "StrategyBoundState"]
 
@@ -134,7 +138,7 @@ class Strategy(abc.ABC):
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
         """One value per local replica of this task, in local replica order."""
 
-    def _own_results(self, value: Any) -> Tuple[Any, ...]:
+    def own_results(self, value: Any) -> Tuple[Any, ...]:
         """The values this process itself holds (its replica's, or each replica's in one process)."""
         return value.values if isinstance(value, PerReplica) else (value,)
 
@@ -172,6 +176,11 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """Call ``dataset_fn(input_context)`` once per task; its batches go to the task's replicas."""
+
+    # ---------------------------------------------------------- execution
+    def step_scheduler(self) -> Optional["StepScheduler"]:
+        """Where `Model.fit` sends its steps: None runs them in this process (every replicated strategy)."""
+        return None
 
     # -------------------------------------------------------- checkpoints
     def checkpoint_role(self) -> "CheckpointRole":

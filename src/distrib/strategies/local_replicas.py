@@ -37,32 +37,12 @@ from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.rerun import rerun_command
 from distrib.process.spawn import start_process, wait_or_kill
+from distrib.strategies.devices import parse_replica_device, parse_replica_devices
 
 __all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
 
 ENV_VAR = "DISTRIB_LOCAL_REPLICA"
 _REAP_SECONDS = 60.0  # how long replica 0, at exit, waits for each sibling before killing it
-
-
-def parse_replica_device(spec: Any) -> Tuple[str, torch.device]:
-    """``"cpu:1"`` -> (label "cpu:1", torch cpu); ``"/gpu:0"``/``"cuda:0"`` -> cuda:0."""
-    from distrib.strategies.one_device import check_cpu_index, parse_device
-
-    text = str(spec).strip().lower().lstrip("/")
-    if text.startswith("cpu"):
-        index = text.partition(":")[2]
-        if index and not index.isdigit():
-            raise ValueError(f"unknown device {spec!r}: CPU replicas are named 'cpu:0', 'cpu:1', ...")
-        check_cpu_index(int(index) if index else None, spec)
-        return (text if index else "cpu:0"), torch.device("cpu")
-    dev = parse_device(spec)
-    return str(dev), dev
-
-
-def parse_replica_devices(specs: Sequence[Any]) -> Tuple[List[str], List[torch.device]]:
-    """Labels and torch devices of a device list, e.g. ``["cpu:0", "cpu:1"]``."""
-    parsed = [parse_replica_device(d) for d in specs]
-    return [p[0] for p in parsed], [p[1] for p in parsed]
 
 
 class LocalReplicas:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Protocol, Tuple
 
 import torch
 
@@ -34,10 +34,21 @@ from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.strategies.base import ReplicatedStrategy
-    from distrib.strategies.central_storage import CentralStorageStrategy
+    from distrib.comm.collective import Collective
+    from distrib.comm.grad_sync import GradientSynchronizer
+    from distrib.comm.options import CommunicationOptions
 
-__all__ = ["ScopeTracker"]
+__all__ = ["ScopeTracker", "ScopeOwner"]
+
+
+class ScopeOwner(Protocol):
+    """What a `ScopeTracker` needs of the strategy that owns it (a replicated or central-storage one)."""
+
+    device: torch.device
+    collective: "Collective"
+    communication_options: "CommunicationOptions"
+
+    def _gradient_synchronizer(self) -> "GradientSynchronizer": ...
 
 _Slot = Tuple["weakref.ref[torch.nn.Module]", str, str]  # (module, kind, name)
 
@@ -45,7 +56,7 @@ _Slot = Tuple["weakref.ref[torch.nn.Module]", str, str]  # (module, kind, name)
 class ScopeTracker:
     """Captures modules created in a strategy's scope and keeps replicas in sync."""
 
-    def __init__(self, strategy: "ReplicatedStrategy | CentralStorageStrategy") -> None:
+    def __init__(self, strategy: ScopeOwner) -> None:
         self._strategy = strategy
         self._depth = 0
         self._lock = threading.RLock()

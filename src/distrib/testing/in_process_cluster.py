@@ -21,13 +21,13 @@ and this process share it).
 """
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import sys
 import threading
 from typing import IO, Dict, List, Optional
 
+from distrib import hooks
 from distrib.cluster.simple import SimpleClusterResolver
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
@@ -118,9 +118,11 @@ def create_in_process_cluster(num_workers: int = 2, num_ps: int = 2, *, host: st
     return resolver
 
 
-@atexit.register
 def _stop_all() -> None:
     # Runs after the strategy's own atexit shutdown (atexit is last-in, first-out and this module
     # is imported before any strategy is made), so the children are told to exit first.
     for handle in _CLUSTERS:
         handle.stop(timeout=10.0)
+
+
+hooks.at_exit(_stop_all)

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from distrib.comm.collective import ReduceOp
 from distrib.comm.elastic import elastic_enabled
+from distrib.data.batch_split import per_replica_batch_size
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
+    from distrib.data.distributed import DistributedDataset, DistributedIterator
     from distrib.strategies.interface import Strategy
 
 __all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "is_array_structure", "count_rows"]
@@ -117,21 +118,20 @@ class DataHandler:
         seed: shuffle seed (the same on every worker).
     """
 
-    def __init__(self, strategy: Any, dataset: Any, steps_per_pass: Optional[int], *,
+    def __init__(self, strategy: "Strategy", dataset: Any, steps_per_pass: Optional[int], *,
                  shuffle_rows: Optional[int] = None, class_weight: Optional[torch.Tensor] = None,
-                 distributed: Any = None, rows: Optional[int] = None, batch_size: Optional[int] = None) -> None:
+                 distributed: Optional["DistributedDataset"] = None) -> None:
         self._strategy = strategy
         self._dataset = dataset
         self._distributed = distributed
         self._class_weight = class_weight
-        self._rows, self._batch_size = rows, batch_size
         self.steps_per_pass = steps_per_pass
         self.needs_seed = shuffle_rows is not None
         self.seed: Optional[int] = None
         if elastic_enabled() and not (callable(dataset) and not hasattr(dataset, "cardinality")):
             self._distributed_dataset()  # now, not at first use: a replacement must agree where its predecessor did
 
-    def _distributed_dataset(self) -> Any:
+    def _distributed_dataset(self) -> "DistributedDataset":
         if self._distributed is None:
             dataset = self._dataset
             if callable(dataset) and not hasattr(dataset, "cardinality"):
@@ -143,8 +143,7 @@ class DataHandler:
 
     def make_iterator(self) -> "StepIterator":
         """An iterator over the next pass (or over the rest of a restored one)."""
-        inner = iter(self._distributed_dataset())
-        return StepIterator(inner, self._strategy, self._class_weight, self)
+        return StepIterator(iter(self._distributed_dataset()), self._class_weight)
 
     def state_dict(self) -> Dict[str, Any]:
         return self._distributed_dataset().state_dict()
@@ -154,52 +153,22 @@ class DataHandler:
             state = dict(state, iterator=None)
         self._distributed_dataset().load_state_dict(state)
 
-    def global_size(self, step_in_pass: int) -> Optional[int]:
-        """The global batch size at ``step_in_pass`` when the handler knows it (array inputs)."""
-        if self._rows is None or self._batch_size is None or not self.steps_per_pass:
-            return None
-        step = step_in_pass % self.steps_per_pass
-        return min(self._batch_size, self._rows - step * self._batch_size)
-
 
 class StepIterator:
-    """Yields ``(replica_batch, global_batch_size)`` from a distributed iterator."""
+    """Yields ``(replica_batch, global_batch_size)`` from a distributed iterator (class weights applied)."""
 
-    def __init__(self, inner: Any, strategy: "Strategy", class_weight: Optional[torch.Tensor],
-                 handler: DataHandler) -> None:
+    def __init__(self, inner: "DistributedIterator", class_weight: Optional[torch.Tensor]) -> None:
         self._inner = inner
-        self._strategy = strategy
         self._class_weight = class_weight
-        self._handler = handler
-        self._step = int(inner.state_dict(gather=False).get("step", 0)) if handler._rows is not None else 0
 
     def __iter__(self) -> "StepIterator":
         return self
 
     def __next__(self) -> Tuple[Any, int]:
-        batch = next(self._inner)
-        size = getattr(self._inner, "global_batch_size", None)
-        if size is None:
-            size = self._handler.global_size(self._step)
-        if size is None:
-            size = _sum_over_replicas(_leading(batch), self._strategy)
-        self._step += 1
+        batch, size = self._inner.next_with_global_size()
         if self._class_weight is not None:
             batch = _with_class_weight(batch, self._class_weight)
-        return batch, int(size)
-
-
-def _sum_over_replicas(local: int, strategy: "Strategy") -> int:
-    if strategy.num_replicas_in_sync == 1:
-        return local
-    return int(strategy.reduce(ReduceOp.SUM, torch.tensor(local, dtype=torch.int64), axis=None))
-
-
-def _leading(batch: Any) -> int:
-    for t in flatten(batch):
-        if isinstance(t, torch.Tensor) and t.dim() > 0:
-            return int(t.shape[0])
-    raise ValueError("a batch has no tensor with a batch dimension; batch the dataset (.batch(global_batch_size))")
+        return batch, size
 
 
 def _with_class_weight(batch: Any, table: torch.Tensor) -> Any:
@@ -211,15 +180,7 @@ def _with_class_weight(batch: Any, table: torch.Tensor) -> Any:
     return (batch[0], batch[1], weights)
 
 
-def _check_global_batch(batch_size: int, strategy: "Strategy") -> None:
-    n = strategy.num_replicas_in_sync
-    if batch_size % n:
-        lo, hi = batch_size - batch_size % n, batch_size - batch_size % n + n
-        raise ValueError(f"batch_size={batch_size} does not divide among num_replicas_in_sync={n} replicas: "
-                         f"use a multiple of {n} (e.g. {lo or hi} or {hi})")
-
-
-def make_handler(strategy: Any, module: torch.nn.Module, x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
+def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
                  shuffle: bool, class_weight: Optional[Dict[Any, float]], purpose: str) -> DataHandler:
     """A `DataHandler` for ``x`` (see the module docstring); ``purpose`` is fit, evaluate or predict.
 
@@ -237,7 +198,7 @@ def make_handler(strategy: Any, module: torch.nn.Module, x: Any, y: Any, *, samp
             batch_size = DEFAULT_BATCH_SIZE
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"{purpose}(batch_size=...) must be a positive int, got {batch_size!r}")
-        _check_global_batch(batch_size, strategy)
+        per_replica_batch_size(batch_size, strategy.num_replicas_in_sync, what=f"batch_size={batch_size}")
         if purpose != "predict" and y is None:
             raise ValueError(f"{purpose}() got arrays x without y: pass y (the targets)")
         n = count_rows(x, "x")
@@ -257,10 +218,10 @@ def make_handler(strategy: Any, module: torch.nn.Module, x: Any, y: Any, *, samp
         steps = -(-n // batch_size)
         if shuffle and purpose == "fit":
             return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size).repeat(),
-                               steps, shuffle_rows=n, class_weight=table, rows=n, batch_size=batch_size)
+                               steps, shuffle_rows=n, class_weight=table)
         pipeline = source.batch(batch_size)
         return DataHandler(strategy, pipeline.repeat() if purpose == "fit" else pipeline, steps,
-                           class_weight=table, rows=n, batch_size=batch_size)
+                           class_weight=table)
     if y is not None:
         raise ValueError(f"{purpose}(): y must not be given when x is a dataset or loader "
                          f"({type(x).__name__}); the dataset yields (x, y) itself")
@@ -273,8 +234,9 @@ def make_handler(strategy: Any, module: torch.nn.Module, x: Any, y: Any, *, samp
                              "it is already batched")
         return DataHandler(strategy, None, _cardinality(x), class_weight=table, distributed=x)
     if isinstance(x, torch.utils.data.Dataset) and not isinstance(x, torch.utils.data.IterableDataset):
-        dataset = as_dataset(x).batch(batch_size or DEFAULT_BATCH_SIZE)
-        _check_global_batch(batch_size or DEFAULT_BATCH_SIZE, strategy)
+        batch_size = batch_size or DEFAULT_BATCH_SIZE
+        dataset = as_dataset(x).batch(batch_size)
+        per_replica_batch_size(batch_size, strategy.num_replicas_in_sync, what=f"batch_size={batch_size}")
     else:
         if batch_size is not None:
             raise ValueError(f"{purpose}(batch_size=...) must not be given for a {type(x).__name__}: "

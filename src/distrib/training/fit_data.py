@@ -18,12 +18,16 @@ validation rows 8 and 9.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import torch
 
 from distrib.training.data_adapter import DataHandler, count_rows, is_array_structure
 from distrib.utils.nest import map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+    from distrib.training.loop_state import TrainLoopState
 
 __all__ = ["OUT_OF_DATA_WARNING", "validate_fit_args", "should_validate", "draw_seed", "EpochIterators",
            "split_validation", "split_arrays"]
@@ -60,7 +64,7 @@ def should_validate(epoch: int, validation_freq: Any) -> bool:
     return (epoch + 1) in validation_freq
 
 
-def draw_seed(strategy: Any) -> int:
+def draw_seed(strategy: "Strategy") -> int:
     """A shuffle seed drawn from the chief's torch RNG, the same on every worker."""
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
     if strategy.num_replicas_in_sync > 1:
@@ -115,7 +119,7 @@ class EpochIterators:
             iterator it belongs to, and the live handler is attached to it.
     """
 
-    def __init__(self, handler: DataHandler, steps_per_epoch: Optional[int], state: Any) -> None:
+    def __init__(self, handler: DataHandler, steps_per_epoch: Optional[int], state: "TrainLoopState") -> None:
         known = handler.steps_per_pass
         self.handler = handler
         self.per_epoch = steps_per_epoch is None or (known is not None and steps_per_epoch == known)
@@ -125,10 +129,10 @@ class EpochIterators:
 
     def for_epoch(self, first_step: int, restored: bool) -> Iterator[Any]:
         """The iterator of the epoch that starts at ``first_step`` (past 0 on a mid-epoch resume)."""
-        pending = self.state.take_pending_iterator_state() if restored else None
-        if pending is not None:
+        if restored:
             # Resuming at an epoch boundary starts the next pass; mid-epoch continues the saved one.
-            self.handler.load_state_dict(pending, position=not (self.per_epoch and first_step == 0))
+            position = not (self.per_epoch and first_step == 0)
+            self.state.data_position.apply(lambda saved: self.handler.load_state_dict(saved, position=position))
         if self.per_epoch or self._shared is None:
             it = self.handler.make_iterator()
             if not self.per_epoch:

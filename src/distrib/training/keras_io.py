@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 import torch
 
 from distrib.errors import DistribError
+from distrib.training.errors import SerializationError, WeightsMismatchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["is_keras_model", "keras_weights", "assign_keras_weights", "keras_config", "keras_from_config",
            "import_keras", "KERAS_PREFIX"]
@@ -66,8 +70,6 @@ def is_keras_state(state: Mapping[str, Any]) -> bool:
 
 def assign_keras_weights(module: Any, state: Mapping[str, torch.Tensor], where: str) -> None:
     """Assign positional weights to ``module.weights``; a `WeightsMismatchError` naming the first misfit."""
-    from distrib.training.weights import WeightsMismatchError
-
     variables = list(module.weights)
     keys = sorted(state)
     if not is_keras_state(state):
@@ -99,8 +101,6 @@ def keras_config(module: Any) -> Optional[Dict[str, Any]]:
 def keras_from_config(config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]], safe_mode: bool,
                       where: str) -> Any:
     """A fresh Keras model from `keras_config`'s output (Keras's safe mode unless ``safe_mode=False``)."""
-    from distrib.training.serialization import SerializationError
-
     keras = import_keras()
     try:
         return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects, safe_mode=safe_mode)
@@ -111,7 +111,7 @@ def keras_from_config(config: Dict[str, Any], custom_objects: Optional[Dict[str,
                                  "custom_objects") from None
 
 
-def save_keras_file(module: Any, filepath: str, strategy: Any) -> None:
+def save_keras_file(module: Any, filepath: str, strategy: "Strategy") -> None:
     """``keras.saving.save_model`` to a ``.keras`` file: the chief writes (atomically), all leave together."""
     keras = import_keras()
     if strategy.is_chief:

@@ -1,25 +1,22 @@
-"""`TrainingLoop`: a model's compiled state and the one step loop behind fit, evaluate and predict.
+"""`TrainingLoop`: a model's compiled state and the one loop behind fit, evaluate and predict.
 
 A `distrib.Model` is a thin facade over one `TrainingLoop` (``model.loop``).
 The loop owns what ``compile`` resolves (optimizer, loss, metrics, the loss
 tracker, ``steps_per_execution``), the strategy, the callbacks of the call
 in progress, ``stop_training``, ``history`` and the `TrainLoopState` that
-`BackupAndRestore` saves. `fit` (each epoch, and its validation),
-`evaluate` and `predict` all run `distrib.training.step_loop.run_steps`; they
-differ only in the step function, the data, the callback hooks and the stop
-condition.
+`BackupAndRestore` saves.
 
-Per step every replica runs ``train_step`` / ``test_step`` /
-``predict_step`` (looked up on the owner, so a `Model` subclass may override
-them) on its part of one global batch; nothing per step forces a host sync
-or a collective beyond the gradient all-reduce. Logs (global loss and
-metrics, one collective) are computed every ``log_every`` steps and at the
-end of each epoch, at the same steps on every worker.
-
-Resume: `fit` calls ``on_train_begin`` first, then starts from
-``train_loop_state`` if a callback restored it (`BackupAndRestore`),
-applying the restored iterator position to the iterator it belongs to, so a
-resumed run sees exactly the batches the interrupted one would have seen.
+Every strategy trains through the same loop: `fit` runs its epochs with
+`distrib.training.fit_loop.run_fit`, `evaluate` (and fit's validation)
+with `distrib.training.eval_loop.run_evaluation`, `predict` with
+`run_predict`, all over `distrib.training.step_loop.run_steps`. What a
+strategy changes is how a step executes, through the step-executor contract
+(`distrib.training.step_executor`, chosen by its `executor_for`): replicated
+strategies run each step here (``train_step`` / ``test_step`` /
+``predict_step``, looked up on the owner so a `Model` subclass may override
+them); the parameter server's chief schedules one function per
+``steps_per_execution`` steps on its workers and resolves their results
+when logs are needed.
 
 Example (the loop without the facade; callbacks then see the loop as ``self.model``):
     >>> loop = TrainingLoop(torch.nn.Linear(1, 1), distrib.get_strategy(), name="linear")
@@ -30,8 +27,7 @@ Example (the loop without the facade; callbacks then see the loop as ``self.mode
 from __future__ import annotations
 
 import contextlib
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -40,16 +36,21 @@ from distrib.strategies import context, replica_process
 from distrib.training import model_state, steps as step_fns
 from distrib.training.callback_setup import make_callback_list, resolve_verbose
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
-from distrib.training.data_adapter import DataHandler, make_handler
-from distrib.training.fit_data import (OUT_OF_DATA_WARNING, EpochIterators, draw_seed, should_validate,
-                                       split_arrays, split_validation, validate_fit_args)
+from distrib.training.eval_loop import run_evaluation, run_predict
+from distrib.training.fit_data import validate_fit_args
+from distrib.training.fit_loop import run_fit
 from distrib.training.global_logs import global_logs
+from distrib.training.local_executor import LocalExecutor
 from distrib.training.loop_state import TrainLoopState
 from distrib.training.loss_tracker import LossTracker
-from distrib.training.predict_output import assemble, concat, rows_of
+from distrib.training.predict_output import concat
 from distrib.training.serialization import to_spec
-from distrib.training.stop_agreement import may_stop_during_epoch
-from distrib.training.step_loop import PREDICT, TEST, TRAIN, default_log_every, run_steps
+from distrib.training.step_executor import executor_for
+from distrib.training.step_loop import PREDICT, TEST, TRAIN, Phase
+from distrib.utils.pending_restore import PendingRestore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["TrainingLoop"]
 
@@ -67,7 +68,7 @@ class TrainingLoop:
             functions are looked up (the `distrib.Model`); defaults to the loop.
     """
 
-    def __init__(self, module: torch.nn.Module, strategy: Any, *, name: str, owner: Any = None) -> None:
+    def __init__(self, module: torch.nn.Module, strategy: "Strategy", *, name: str, owner: Any = None) -> None:
         self.module = module
         self.strategy = strategy
         self.name = name
@@ -89,11 +90,11 @@ class TrainingLoop:
         self.compiled_metrics: Optional[CompiledMetrics] = None
         self.loss_tracker = LossTracker(strategy)
         #: Metric state restored before the metrics were built (applied on the first batch).
-        self.pending_metric_state: Optional[Dict[str, Any]] = None
+        self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
 
     # ----------------------------------------------------------- compile
     @property
-    def distribute_strategy(self) -> Any:
+    def distribute_strategy(self) -> "Strategy":
         return self.strategy
 
     @property
@@ -137,8 +138,7 @@ class TrainingLoop:
         self.loss_tracker = LossTracker(self.strategy)
         self.steps_per_execution = steps_per_execution
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
-        if self.pending_metric_state is not None:
-            self.apply_metric_state(self.pending_metric_state)
+        self.metric_restore.apply(self.apply_metric_state)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
         """The compile arguments as JSON specs (see `distrib.training.serialization`)."""
@@ -203,6 +203,37 @@ class TrainingLoop:
         """Restore metric states now, or on the first batch if the metrics are not built yet."""
         model_state.apply_metric_state(self, pending)
 
+    def step_function(self, phase: Phase) -> Callable[[Any, int], Any]:
+        """``step(replica_batch, global_batch_size)`` of ``phase`` run by this process's replica(s)."""
+        return {TRAIN: self._train_one, TEST: self._test_one, PREDICT: self._predict_one}[phase]
+
+    def _train_one(self, batch: Any, global_batch_size: int) -> None:
+        self.strategy.run(self.owner.train_step, (batch, global_batch_size))
+        self.loss_tracker.count_step(global_batch_size)
+
+    def _test_one(self, batch: Any, global_batch_size: int) -> None:
+        self.strategy.run(self.owner.test_step, (batch, global_batch_size))
+        self.loss_tracker.count_step(global_batch_size)
+
+    def _predict_one(self, batch: Any, _global_batch_size: int) -> Any:
+        x_part, _, _ = step_fns.unpack(batch)
+        parts = self.strategy.own_results(self.strategy.run(self.owner.predict_step, (x_part,)))
+        return parts[0] if len(parts) == 1 else concat(list(parts))  # the replicas of this process
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """What travels with a step scheduled on another task: the compiled state, not the call's.
+
+        The callbacks, history, position and the optimizer wrapper stay here;
+        the worker's copy starts with a fresh loss tracker (module, optimizer
+        and metrics are shared by reference, see the parameter server's pickling).
+        """
+        state = dict(self.__dict__)
+        state.update(callbacks=None, history=None, train_loop_state=TrainLoopState(), optimizer=None,
+                     loss_scale_optimizer=None, metric_restore=PendingRestore(),
+                     loss_tracker=LossTracker(self.strategy),
+                     compile_args=None if self.compile_args is None else {**self.compile_args, "optimizer": None})
+        return state
+
     # -------------------------------------------------------------- fit
     def fit(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
             verbose: Any = "auto", callbacks: Any = None, validation_data: Any = None,
@@ -213,96 +244,25 @@ class TrainingLoop:
         self.check_scope("fit")
         self.require_compiled("fit")
         validate_fit_args(epochs, initial_epoch, steps_per_epoch, validation_freq, validation_split)
-        state = self.train_loop_state
+        executor = executor_for(self)
         with self.strategy.scope(), self._unreplicated_training():
-            if validation_split and validation_data is None:
-                (x, y, sample_weight), validation_data = split_arrays(x, y, sample_weight, validation_split)
-            handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit")
-            val_handler = None
-            if validation_data is not None:
-                vx, vy, vsw = split_validation(validation_data)
-                val_handler = self._handler(vx, vy, vsw, batch_size, False, None, "evaluate")
-            iterators = EpochIterators(handler, steps_per_epoch, state)
-            steps = iterators.steps
-            log_every = self.log_every or default_log_every(steps)
-            cbs = self._callback_list(callbacks, verbose, fit=True, epochs=epochs, steps=steps, log_every=log_every)
-            self.stop_training = False
-            collective = self.strategy.collective
-            stop_each_step = collective.world_size > 1 and collective.agree_any(
-                may_stop_during_epoch(cbs.callbacks, self.owner))
-            should_stop = self._agreed_stop if stop_each_step else self._local_stop
-            state.epoch, state.step_in_epoch, state.epoch_done = initial_epoch, 0, False
-            self.module.train()
-            self.torch_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-            cbs.on_train_begin()
-            restored = state.consume_restored()
-            start_epoch, start_step = state.resume_point() if restored else (initial_epoch, 0)
-            if not (restored and state.shuffle_seed is not None):
-                state.shuffle_seed = draw_seed(self.strategy) if handler.needs_seed else 0
-            handler.seed = state.shuffle_seed
-            first_global_step = state.global_step - (start_epoch - initial_epoch) * (steps or 0) - start_step
-            logs: Optional[Logs] = None
-            for epoch in range(start_epoch, epochs):
-                first_step = start_step if epoch == start_epoch else 0
-                logs, out_of_data = self._run_epoch(cbs, iterators, epoch, first_step,
-                                                    restored and epoch == start_epoch, steps, log_every,
-                                                    should_stop)
-                if val_handler is not None and should_validate(epoch, validation_freq):
-                    val_log_every = default_log_every(validation_steps or val_handler.steps_per_pass)
-                    val_logs = self._evaluate_handler(val_handler, validation_steps, cbs, val_log_every)
-                    logs.update({f"val_{k}": v for k, v in val_logs.items()})
-                    self.module.train()
-                state.epoch_done = True
-                cbs.on_epoch_end(epoch, logs)
-                if out_of_data:
-                    warnings.warn(OUT_OF_DATA_WARNING.format(needed=(steps or 0) * (epochs - initial_epoch),
-                                                             seen=state.global_step - first_global_step),
-                                  stacklevel=3)
-                    self.stop_training = True
-                if self._agreed_stop():
-                    break
-            state.attach_iterator(None)
-            finalize = getattr(self.optimizer, "finalize_variable_values", None)
-            if finalize is not None and epochs > initial_epoch:
-                finalize(None)  # use_ema: the weights become their moving averages, as Keras's fit does
-            cbs.on_train_end(logs)
-        return self.history
+            train, validation = executor.fit_inputs(
+                x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
+                sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
+                validation_split=validation_split, validation_steps=validation_steps)
+            return run_fit(self, executor, train, validation, epochs=epochs, initial_epoch=initial_epoch,
+                           validation_freq=validation_freq, callbacks=callbacks, verbose=verbose)
 
-    def _run_epoch(self, cbs: Any, iterators: EpochIterators, epoch: int, first_step: int, restored: bool,
-                   steps: Optional[int], log_every: int, should_stop: Callable[[], bool]) -> Tuple[Logs, bool]:
-        """One epoch; returns its logs and whether the shared iterator ran out early."""
-        state = self.train_loop_state
-        if not (restored and first_step > 0):
-            self.reset_metrics()  # a mid-epoch resume keeps the restored metric state
-        state.epoch, state.step_in_epoch, state.epoch_done = epoch, first_step, False
-        cbs.on_epoch_begin(epoch)
-        iterator = iterators.for_epoch(first_step, restored)
-
-        def after_step(step: int) -> None:
-            state.step_in_epoch = step
-            state.global_step += 1
-
-        result = run_steps(phase=TRAIN, callbacks=cbs, iterator=iterator, step_fn=self._train_one, steps=steps,
-                           log_every=log_every, batch_logs=lambda _: self.compute_logs(), first_step=first_step,
-                           steps_per_execution=self.steps_per_execution, after_step=after_step,
-                           should_stop=should_stop)
-        logs = dict(result.logs) if result.logs is not None else self.compute_logs()
-        return logs, result.exhausted and not iterators.per_epoch
-
-    def _local_stop(self) -> bool:
+    def local_stop(self) -> bool:
         """No user code runs during the epoch: ``stop_training`` is the same on every worker."""
         return bool(self.stop_training)
 
-    def _agreed_stop(self) -> bool:
+    def agreed_stop(self) -> bool:
         """``stop_training`` as every worker sees it: true if any worker's callbacks set it."""
         collective = self.strategy.collective
         if collective.world_size > 1:
             self.stop_training = collective.agree_any(bool(self.stop_training))
         return bool(self.stop_training)
-
-    def _train_one(self, batch: Any, global_batch_size: int) -> None:
-        self.strategy.run(self.owner.train_step, (batch, global_batch_size))
-        self.loss_tracker.count_step(global_batch_size)
 
     # --------------------------------------------------------- evaluate
     def evaluate(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None, verbose: Any = "auto",
@@ -312,80 +272,34 @@ class TrainingLoop:
         self.check_scope("evaluate")
         self.require_compiled("evaluate")
         _check_steps("evaluate", steps)
+        executor = executor_for(self)
         with self.strategy.scope():
-            handler = self._handler(x, y, sample_weight, batch_size, False, None, "evaluate")
-            n_steps = steps if steps is not None else handler.steps_per_pass
-            log_every = self.log_every or default_log_every(n_steps)
-            cbs = self._callback_list(callbacks, verbose, fit=False, epochs=1, steps=n_steps, log_every=log_every)
-            logs = self._evaluate_handler(handler, steps, cbs, log_every)
+            data = executor.eval_input(x, y, batch_size=batch_size, sample_weight=sample_weight, steps=steps)
+            log_every = self.log_every or data.log_every
+            cbs = self.make_callbacks(callbacks, verbose, fit=False, epochs=1, steps=data.steps, log_every=log_every)
+            logs = run_evaluation(self, executor, data, cbs, log_every)
         if return_dict:
             return logs
         values = [logs[name] for name in self.metrics_names if name in logs]
         return values[0] if len(values) == 1 else values
 
-    def _evaluate_handler(self, handler: DataHandler, steps: Optional[int], cbs: Any, log_every: int) -> Logs:
-        """The test loop over ``handler``'s data (also fit's validation); returns the global logs."""
-        was_training = self.module.training
-        self.module.eval()
-        self.reset_metrics()
-        cbs.on_test_begin()
-        try:
-            result = run_steps(phase=TEST, callbacks=cbs, iterator=handler.make_iterator(), step_fn=self._test_one,
-                               steps=steps, log_every=log_every, batch_logs=lambda _: self.compute_logs(),
-                               steps_per_execution=self.steps_per_execution)
-            logs = dict(result.logs) if result.logs is not None else self.compute_logs()
-        finally:
-            self.module.train(was_training)
-        cbs.on_test_end(logs)
-        return logs
-
-    def _test_one(self, batch: Any, global_batch_size: int) -> None:
-        self.strategy.run(self.owner.test_step, (batch, global_batch_size))
-        self.loss_tracker.count_step(global_batch_size)
-
     # ---------------------------------------------------------- predict
     def predict(self, x: Any, batch_size: Optional[int] = None, verbose: Any = "auto", steps: Optional[int] = None,
                 callbacks: Any = None) -> Any:
-        """See `distrib.Model.predict` and `distrib.training.predict_output`."""
+        """See `distrib.Model.predict` and `distrib.training.predict_output` (runs in this process)."""
         self.check_scope("predict")
         _check_steps("predict", steps)
+        executor = LocalExecutor(self)
         with self.strategy.scope():
-            handler = self._handler(x, None, None, batch_size, False, None, "predict")
-            n_steps = steps if steps is not None else handler.steps_per_pass
-            log_every = self.log_every or default_log_every(n_steps)
-            cbs = self._callback_list(callbacks, verbose, fit=False, epochs=1, steps=n_steps, log_every=log_every)
-            outputs: List[Any] = []
-            sizes: List[int] = []
-
-            def predict_one(batch: Any, _global_batch_size: int) -> Any:
-                x_part, _, _ = step_fns.unpack(batch)
-                parts = self.strategy._own_results(self.strategy.run(self.owner.predict_step, (x_part,)))
-                y_pred = parts[0] if len(parts) == 1 else concat(list(parts))  # replicas of this process
-                outputs.append(y_pred)
-                sizes.append(rows_of(y_pred))
-                return y_pred
-
-            was_training = self.module.training
-            self.module.eval()
-            cbs.on_predict_begin()
-            try:
-                run_steps(phase=PREDICT, callbacks=cbs, iterator=handler.make_iterator(), step_fn=predict_one,
-                          steps=steps, log_every=log_every, steps_per_execution=self.steps_per_execution,
-                          batch_logs=lambda ys: {"outputs": ys[0] if len(ys) == 1 else concat(ys)})
-            finally:
-                self.module.train(was_training)
-            result = assemble(self.strategy, outputs, sizes)
-            cbs.on_predict_end()
-        return result
+            data = executor.predict_input(x, batch_size=batch_size, steps=steps)
+            log_every = self.log_every or data.log_every
+            cbs = self.make_callbacks(callbacks, verbose, fit=False, epochs=1, steps=data.steps, log_every=log_every)
+            return run_predict(self, executor, data, cbs, log_every)
 
     # ---------------------------------------------------------- helpers
-    def _handler(self, x: Any, y: Any, sample_weight: Any, batch_size: Optional[int], shuffle: bool,
-                 class_weight: Optional[Dict], purpose: str) -> DataHandler:
-        return make_handler(self.strategy, self.module, x, y, sample_weight=sample_weight, batch_size=batch_size,
-                            shuffle=shuffle, class_weight=class_weight, purpose=purpose)
-
-    def _callback_list(self, callbacks: Any, verbose: Any, *, fit: bool, epochs: int, steps: Optional[int],
+    def make_callbacks(self, callbacks: Any, verbose: Any, *, fit: bool, epochs: int, steps: Optional[int],
                        log_every: int) -> Any:
+        """The `CallbackList` of one call (History added for fit); kept as ``self.callbacks``."""
         cbs, history = make_callback_list(self.owner, callbacks, verbose=resolve_verbose(verbose, self.strategy),
                                           add_history=fit, epochs=epochs, steps=steps, log_every=log_every)
         if fit:

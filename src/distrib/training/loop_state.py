@@ -26,15 +26,17 @@ epoch: ``(epoch + 1, 0)``.
 
 The data position travels with it: while `fit` runs, ``state_dict()["iterator"]``
 holds the input's position (the distributed dataset's pass count and its
-iterator's position, JSON-able); after ``load_state_dict`` that position is
-*pending* until `fit` creates the iterator it belongs to and calls
-`take_pending_iterator_state`. A state loaded before `fit` starts (by a
+iterator's position, JSON-able); after ``load_state_dict`` that position
+waits in ``data_position`` (a `PendingRestore`) until `fit` creates the
+iterator it belongs to and takes it. A state loaded before `fit` starts (by a
 callback's ``on_train_begin`` or by restoring a checkpoint that tracks
 ``model.train_loop_state``) makes that `fit` resume from it.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
+
+from distrib.utils.pending_restore import PendingRestore
 
 __all__ = ["TrainLoopState"]
 
@@ -50,18 +52,14 @@ class TrainLoopState:
         #: Shuffle seed of the fit run, so a resumed run shuffles identically.
         self.shuffle_seed: Optional[int] = None
         self._iterator: Any = None
-        self._pending_iterator_state: Optional[Dict[str, Any]] = None
+        #: A restored data position waiting for `fit` to create the iterator it belongs to.
+        self.data_position: PendingRestore[Dict[str, Any]] = PendingRestore()
         self._restored: bool = False
 
     # ---------------------------------------------------------- iterator
     def attach_iterator(self, iterator: Any) -> None:
         """Make ``iterator`` (anything with ``state_dict()``) the source of the recorded position."""
         self._iterator = iterator
-
-    def take_pending_iterator_state(self) -> Optional[Dict[str, Any]]:
-        """The restored iterator position not yet applied (returned once), or None."""
-        pending, self._pending_iterator_state = self._pending_iterator_state, None
-        return pending
 
     @property
     def restored(self) -> bool:
@@ -82,12 +80,11 @@ class TrainLoopState:
 
     # -------------------------------------------------------- state dict
     def state_dict(self) -> Dict[str, Any]:
-        """Counters and the data position (the live iterator's, else a pending one)."""
-        iterator_state = None
+        """Counters and the data position (the live iterator's, else a waiting one)."""
         if self._iterator is not None and hasattr(self._iterator, "state_dict"):
             iterator_state = self._iterator.state_dict()
-        elif self._pending_iterator_state is not None:
-            iterator_state = self._pending_iterator_state
+        else:
+            iterator_state = self.data_position.peek()
         return {
             "epoch": int(self.epoch),
             "step_in_epoch": int(self.step_in_epoch),
@@ -109,7 +106,7 @@ class TrainLoopState:
         self.epoch_done = bool(state.get("epoch_done", False))
         seed = state.get("shuffle_seed")
         self.shuffle_seed = None if seed is None else int(seed)
-        self._pending_iterator_state = state.get("iterator")
+        self.data_position.hold(state.get("iterator"))
         self._iterator = None
         self._restored = True
 

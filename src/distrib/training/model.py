@@ -19,7 +19,8 @@ Example (the guide's one-layer model; numpy inputs, batch 10 split among replica
 `Model` is a facade: its compiled state (optimizer, loss, metrics,
 ``stop_training``, ``history``, ``train_loop_state``) lives in a
 `distrib.training.loop.TrainingLoop` (``model.loop``), which runs fit,
-evaluate and predict; the methods here delegate to it.
+evaluate and predict the same way under every strategy (the strategy
+supplies only how a step executes); the methods here delegate to it.
 
 Saving: ``model.save(path)`` writes weights, optimizer state, the compile
 configuration and how to rebuild the module (see `distrib.training.saving`);
@@ -28,16 +29,19 @@ training exactly like this one.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
 
-from distrib.strategies import context
+from distrib.strategies import default
 from distrib.training import model_state
 from distrib.training.loop import TrainingLoop
 from distrib.training.loop_state import TrainLoopState
 from distrib.training.serialization import import_by_path, to_spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["Model"]
 
@@ -72,7 +76,7 @@ class Model:
                              f"got {builder!r}")
         if builder_kwargs is not None:
             to_spec(builder_kwargs, "builder_kwargs")  # fails early if not JSON-describable
-        strategy = context.get_strategy()
+        strategy = default.get_strategy()
         strategy.track_module(module)
         self.builder = builder
         self.builder_kwargs = dict(builder_kwargs or {})
@@ -102,7 +106,7 @@ class Model:
         self._loop.name = name
 
     @property
-    def distribute_strategy(self) -> Any:
+    def distribute_strategy(self) -> "Strategy":
         """The strategy whose scope the model was created in."""
         return self._loop.strategy
 
@@ -250,12 +254,6 @@ class Model:
         """``{"loss": ..., <metric>: ...}`` over all replicas (collective: call on every worker)."""
         return self._loop.compute_logs()
 
-    def _check_scope(self, what: str) -> None:
-        self._loop.check_scope(what)
-
-    def _require_compiled(self, what: str) -> None:
-        self._loop.require_compiled(what)
-
     # ------------------------------------------------------- fit and co.
     def fit(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
             verbose: Union[str, int] = "auto", callbacks: Any = None, validation_data: Any = None,
@@ -276,15 +274,6 @@ class Model:
         examples, before shuffling, as validation data when no
         ``validation_data`` is given.
         """
-        from distrib.training import ps_fit
-
-        if ps_fit.uses_parameter_servers(self):
-            return ps_fit.run_ps_fit(self, x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
-                                     callbacks=callbacks, validation_data=validation_data,
-                                     validation_steps=validation_steps, validation_freq=validation_freq,
-                                     initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                                     class_weight=class_weight, sample_weight=sample_weight,
-                                     validation_split=validation_split)
         return self._loop.fit(x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                               callbacks=callbacks, validation_data=validation_data,
                               validation_steps=validation_steps, validation_freq=validation_freq,
@@ -296,12 +285,6 @@ class Model:
                  verbose: Union[str, int] = "auto", sample_weight: Any = None, steps: Optional[int] = None,
                  callbacks: Any = None, return_dict: bool = False) -> Any:
         """Loss and metrics over the data, identical on every worker (Keras's ``Model.evaluate``)."""
-        from distrib.training import ps_fit
-
-        if ps_fit.uses_parameter_servers(self):
-            return ps_fit.run_ps_evaluate(self, x=x, y=y, batch_size=batch_size, verbose=verbose,
-                                          sample_weight=sample_weight, steps=steps, callbacks=callbacks,
-                                          return_dict=return_dict)
         return self._loop.evaluate(x=x, y=y, batch_size=batch_size, verbose=verbose,
                                    sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                                    return_dict=return_dict)

@@ -29,7 +29,7 @@ from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
-    from distrib.training.loop import TrainingLoop
+    from distrib.training.loop_host import LoopHost
 
 __all__ = ["model_state_dict", "load_model_state", "apply_metric_state", "get_weights", "set_weights"]
 
@@ -50,7 +50,7 @@ def _zeroed(state: Any) -> Any:
     return map_structure(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v, state)
 
 
-def model_state_dict(loop: "TrainingLoop", aggregate_metrics: bool = False) -> Dict[str, Any]:
+def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[str, Any]:
     """See `Model.state_dict`."""
     strategy = loop.strategy
     metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=aggregate_metrics)}
@@ -65,7 +65,7 @@ def model_state_dict(loop: "TrainingLoop", aggregate_metrics: bool = False) -> D
     }
 
 
-def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
+def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:
     """See `Model.load_state_dict`."""
     loop.module.load_state_dict(state["module"])
     if state.get("optimizer") is not None:
@@ -79,17 +79,21 @@ def load_model_state(loop: "TrainingLoop", state: Dict[str, Any]) -> None:
                                    "aggregated": bool(state.get("metrics_aggregated", False))})
 
 
-def apply_metric_state(loop: "TrainingLoop", pending: Dict[str, Any]) -> None:
-    """Restore metric states now, or when the metrics are built (multi-output models, first batch)."""
-    zero = pending["aggregated"] and loop.strategy.replica_id != 0
-    states = pending["metrics"]
+def apply_metric_state(loop: "LoopHost", saved: Dict[str, Any]) -> None:
+    """Restore metric states now, or hold them in ``loop.metric_restore`` until the metrics are built.
+
+    Metrics are built on the first batch (multi-output models), and compile
+    makes new ones: both take the held state with ``loop.metric_restore.apply``.
+    """
+    zero = saved["aggregated"] and loop.strategy.replica_id != 0
+    states = saved["metrics"]
     if "loss" in states:
         loop.loss_tracker.load_state_dict(states["loss"], zero=zero)
     compiled = loop.compiled_metrics
     if compiled is not None and not compiled.built:
-        loop.pending_metric_state = pending
+        loop.metric_restore.hold(saved)
         return
-    loop.pending_metric_state = None
+    loop.metric_restore.hold(None)
     for _, name, metric in (compiled.entries if compiled is not None else []):
         if states.get(name) is not None and hasattr(metric, "load_state_dict"):
             metric.load_state_dict(_zeroed(states[name]) if zero else states[name])

@@ -45,14 +45,55 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from distrib.training.serialization import SerializationError, importable_path
+from distrib.training.errors import SerializationError
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "class_name",
-           "resolve_module_class", "resolve_builder", "build_module"]
+           "resolve_module_class", "resolve_builder", "build_module", "find", "is_registered",
+           "importable_path", "import_by_path"]
 
 _REGISTRY: Dict[str, Any] = {}
 _NAMES: Dict[Any, str] = {}
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def importable_path(obj: Any) -> Optional[str]:
+    """``"module:qualname"`` if ``obj`` can be imported back by that name, else None."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    try:
+        found = _resolve_attr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def import_by_path(path: str, what: str = "object") -> Any:
+    """Import ``"pkg.mod:attr.sub"`` (or ``"pkg.mod.attr"``) and return the attribute."""
+    if not isinstance(path, str) or not path.strip():
+        raise SerializationError(f"{what} must be an import path like 'pkg.module:function', got {path!r}")
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise SerializationError(f"{what} {path!r} is not an import path like 'pkg.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SerializationError(f"{what} {path!r}: cannot import module {module_name!r} ({e}); "
+                                 "make it importable (PYTHONPATH) or pass it explicitly") from e
+    try:
+        return _resolve_attr(module, attr)
+    except AttributeError:
+        raise SerializationError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _resolve_attr(module: Any, qualname: str) -> Any:
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def register_serializable(package: str = "Custom", name: Optional[str] = None) -> Callable[[Any], Any]:
@@ -102,7 +143,8 @@ def class_name(obj: Any) -> Optional[str]:
     return None
 
 
-def _is_registered(obj: Any) -> bool:
+def is_registered(obj: Any) -> bool:
+    """True for a class or function decorated with `register_serializable`."""
     try:
         return obj in _NAMES
     except TypeError:  # unhashable
@@ -110,12 +152,10 @@ def _is_registered(obj: Any) -> bool:
 
 
 def _lookup(module: Any, qualname: str) -> Any:
-    obj = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
+    try:
+        return _resolve_attr(module, qualname)
+    except AttributeError:
+        return None
 
 
 def _custom(name: str, custom_objects: Optional[Dict[str, Any]]) -> Any:
@@ -129,7 +169,12 @@ def _custom(name: str, custom_objects: Optional[Dict[str, Any]]) -> Any:
     return None
 
 
-def _find(name: str, custom_objects: Optional[Dict[str, Any]], safe_mode: bool, what: str, where: str) -> Any:
+def find(name: str, custom_objects: Optional[Dict[str, Any]], safe_mode: bool, what: str, where: str) -> Any:
+    """What a saved ``name`` means: in ``custom_objects``, registered, or imported by the rules above.
+
+    Raises `SerializationError` (one line naming ``what`` and ``where``) when
+    it is none of those; the caller checks what kind of object came back.
+    """
     if not isinstance(name, str) or not name:
         raise SerializationError(f"{where}: malformed {what} name {name!r}")
     found = _custom(name, custom_objects)
@@ -169,7 +214,7 @@ def _find(name: str, custom_objects: Optional[Dict[str, Any]], safe_mode: bool, 
 def resolve_module_class(name: str, custom_objects: Optional[Dict[str, Any]] = None, safe_mode: bool = True,
                          where: str = "load_model") -> type:
     """The ``torch.nn.Module`` subclass a file names (see the module docstring); one error line otherwise."""
-    found = _find(name, custom_objects, safe_mode, "module class", where)
+    found = find(name, custom_objects, safe_mode, "module class", where)
     if not (inspect.isclass(found) and issubclass(found, torch.nn.Module)):
         raise SerializationError(f"{where}: {name!r} is a {type(found).__name__}, not a torch.nn.Module subclass; "
                                  "refusing to call it")
@@ -182,8 +227,8 @@ def resolve_builder(name: str, custom_objects: Optional[Dict[str, Any]] = None, 
     given = _custom(name, custom_objects)
     if given is not None:
         return given
-    found = _find(name, custom_objects, safe_mode, "builder", where)
-    if (inspect.isclass(found) and issubclass(found, torch.nn.Module)) or _is_registered(found):
+    found = find(name, custom_objects, safe_mode, "builder", where)
+    if (inspect.isclass(found) and issubclass(found, torch.nn.Module)) or is_registered(found):
         return found
     raise SerializationError(
         f"{where}: the file names builder {name!r}, which is neither a torch.nn.Module subclass nor a registered "

@@ -26,61 +26,18 @@ Example:
 """
 from __future__ import annotations
 
-from distrib.errors import DistribError
-
 import importlib
 import inspect
 from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from distrib.training.errors import SerializationError
+from distrib.training.registry import find, import_by_path, importable_path, is_registered
+
 __all__ = ["to_spec", "from_spec", "import_by_path", "importable_path", "SerializationError"]
 
 _ALLOWED_CLASS_PREFIXES = ("distrib.",)
-
-
-class SerializationError(DistribError, ValueError):
-    """A compile argument or builder cannot be described as JSON, or a spec cannot be rebuilt."""
-
-
-def importable_path(obj: Any) -> Optional[str]:
-    """``"module:qualname"`` if ``obj`` can be imported back by that name, else None."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not module or not qualname or "<" in qualname:
-        return None
-    try:
-        found = _resolve_attr(importlib.import_module(module), qualname)
-    except (ImportError, AttributeError):
-        return None
-    return f"{module}:{qualname}" if found is obj else None
-
-
-def import_by_path(path: str, what: str = "object") -> Any:
-    """Import ``"pkg.mod:attr.sub"`` (or ``"pkg.mod.attr"``) and return the attribute."""
-    if not isinstance(path, str) or not path.strip():
-        raise SerializationError(f"{what} must be an import path like 'pkg.module:function', got {path!r}")
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise SerializationError(f"{what} {path!r} is not an import path like 'pkg.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise SerializationError(f"{what} {path!r}: cannot import module {module_name!r} ({e}); "
-                                 "make it importable (PYTHONPATH) or pass it explicitly") from e
-    try:
-        return _resolve_attr(module, attr)
-    except AttributeError:
-        raise SerializationError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
-
-
-def _resolve_attr(module: Any, qualname: str) -> Any:
-    obj = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def to_spec(identifier: Any, what: str = "compile argument") -> Any:
@@ -161,13 +118,11 @@ _TRUSTED_BASES = (("distrib.losses.base", "Loss"), ("distrib.metrics.base", "Met
 
 def _trusted_function(path: str, custom_objects: Dict[str, Any], what: str) -> Any:
     """A function named by a saved compile config: given, registered, or one of distrib's / torch's."""
-    from distrib.training.registry import _find, _is_registered
-
     if custom_objects.get(path) is not None:
         return custom_objects[path]
-    found = _find(path if ":" in path else _colon(path), custom_objects, True, what, "load_model")
+    found = find(path if ":" in path else _colon(path), custom_objects, True, what, "load_model")
     module = getattr(found, "__module__", "") or ""
-    if callable(found) and (_is_registered(found) or found in custom_objects.values()
+    if callable(found) and (is_registered(found) or found in custom_objects.values()
                             or module.startswith(_TRUSTED_FUNCTION_MODULES)):
         return found
     raise SerializationError(f"saved {what} names function {path!r}, which is neither distrib's nor registered; "
@@ -177,16 +132,14 @@ def _trusted_function(path: str, custom_objects: Dict[str, Any], what: str) -> A
 
 def _trusted_class(path: str, custom_objects: Dict[str, Any], what: str) -> type:
     """A loss / metric / optimizer / schedule / module class named by a saved compile config."""
-    from distrib.training.registry import _find, _is_registered
-
-    found = _find(path, custom_objects, True, what, "load_model")
+    found = find(path, custom_objects, True, what, "load_model")
     bases = []
     for module_name, name in _TRUSTED_BASES:
         try:
             bases.append(getattr(importlib.import_module(module_name), name))
         except (ImportError, AttributeError):
             continue
-    if inspect.isclass(found) and (_is_registered(found) or found in custom_objects.values()
+    if inspect.isclass(found) and (is_registered(found) or found in custom_objects.values()
                                    or issubclass(found, tuple(bases))):
         return found
     raise SerializationError(f"saved {what} names {path!r}, which is not a loss, metric, optimizer, schedule or "

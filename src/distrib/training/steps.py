@@ -25,7 +25,7 @@ from distrib.losses.reduction import losses_scaled_by_model
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.loop import TrainingLoop
+    from distrib.training.loop_host import LoopHost
 
 __all__ = ["unpack", "call_module", "train_step", "test_step", "predict_step", "regularization_loss",
            "wrap_for_loss_scaling", "apply_variable_dtype"]
@@ -61,7 +61,7 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _prepare_x(loop: "TrainingLoop", x: Any) -> Any:
+def _prepare_x(loop: "LoopHost", x: Any) -> Any:
     device, dtype = _placement(loop)
 
     def one(t: Any) -> Any:
@@ -75,13 +75,13 @@ def _prepare_x(loop: "TrainingLoop", x: Any) -> Any:
     return map_structure(one, x)
 
 
-def _to_device(loop: "TrainingLoop", value: Any) -> Any:
+def _to_device(loop: "LoopHost", value: Any) -> Any:
     device, _ = _placement(loop)
     return map_structure(lambda t: t.to(device, non_blocking=True)
                          if isinstance(t, torch.Tensor) and t.device != device else t, value)
 
 
-def _placement(loop: "TrainingLoop") -> Tuple[torch.device, Optional[torch.dtype]]:
+def _placement(loop: "LoopHost") -> Tuple[torch.device, Optional[torch.dtype]]:
     """The device of the module's parameters and its floating dtype (inputs are cast to it)."""
     device, dtype = loop.strategy.device, None
     for p in loop.module.parameters():
@@ -100,7 +100,7 @@ def _phase_kwargs(module: Any) -> dict:
     return {}
 
 
-def call_module(loop: "TrainingLoop", x: Any) -> Any:
+def call_module(loop: "LoopHost", x: Any) -> Any:
     """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
 
     A Keras 3 model (torch backend) also gets ``training=`` from the module's
@@ -121,7 +121,7 @@ def call_module(loop: "TrainingLoop", x: Any) -> Any:
                          and t.dtype != torch.float32 else t, out)
 
 
-def _call(loop: "TrainingLoop", x: Any) -> Any:
+def _call(loop: "LoopHost", x: Any) -> Any:
     phase = _phase_kwargs(loop.module)
     try:
         if isinstance(x, dict):
@@ -136,7 +136,7 @@ def _call(loop: "TrainingLoop", x: Any) -> Any:
                          "(check the input shape the module expects)") from e
 
 
-def regularization_loss(loop: "TrainingLoop") -> Optional[torch.Tensor]:
+def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
     losses = getattr(loop.module, "losses", None)
     if losses is None:
@@ -152,7 +152,7 @@ def regularization_loss(loop: "TrainingLoop") -> Optional[torch.Tensor]:
     return total
 
 
-def _loss(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
+def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
     if y is None:
         raise ValueError("fit/evaluate got batches without targets: give y (or a dataset of (x, y) pairs)")
     try:
@@ -168,12 +168,12 @@ def _loss(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any, global_batch_size:
     return loss
 
 
-def train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
+def train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _train_step(loop, data, global_batch_size)
 
 
-def _train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
+def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(loop, y), _to_device(loop, sw)
     y_pred = call_module(loop, x)
@@ -194,7 +194,7 @@ def _train_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torc
     return loss
 
 
-def _loss_scaler(loop: "TrainingLoop") -> Any:
+def _loss_scaler(loop: "LoopHost") -> Any:
     """The `LossScaleOptimizer` the step goes through: ``model.optimizer`` when it is one (as Keras
     makes it under ``mixed_float16``), else one made on first use under ``mixed_float16``, else None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
@@ -224,7 +224,7 @@ def apply_variable_dtype(module: torch.nn.Module) -> None:
         module.to(dtype)
 
 
-def wrap_for_loss_scaling(loop: "TrainingLoop") -> Any:
+def wrap_for_loss_scaling(loop: "LoopHost") -> Any:
     """At compile: under ``mixed_float16`` wrap ``loop.optimizer`` in a `LossScaleOptimizer` (Keras does);
     returns the loop's `LossScaleOptimizer` or None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
@@ -237,12 +237,12 @@ def wrap_for_loss_scaling(loop: "TrainingLoop") -> Any:
     return loop.optimizer
 
 
-def test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
+def test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _test_step(loop, data, global_batch_size)
 
 
-def _test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch.Tensor:
+def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     x, y, sw = unpack(data)
     y, sw = _to_device(loop, y), _to_device(loop, sw)
     with torch.no_grad():
@@ -253,18 +253,17 @@ def _test_step(loop: "TrainingLoop", data: Any, global_batch_size: int) -> torch
     return loss
 
 
-def predict_step(loop: "TrainingLoop", x: Any) -> Any:
+def predict_step(loop: "LoopHost", x: Any) -> Any:
     with torch.no_grad():
         return call_module(loop, x)
 
 
-def _update_metrics(loop: "TrainingLoop", y: Any, y_pred: Any, sw: Any) -> None:
+def _update_metrics(loop: "LoopHost", y: Any, y_pred: Any, sw: Any) -> None:
     metrics = loop.compiled_metrics
     if metrics is None:
         return
     if not metrics.built:
         metrics.build(y_pred)
-        if loop.pending_metric_state is not None:
-            loop.apply_metric_state(loop.pending_metric_state)
+        loop.metric_restore.apply(loop.apply_metric_state)
     with torch.no_grad():
         metrics.update_state(y, map_structure(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, y_pred), sw)

@@ -1,4 +1,6 @@
-"""When `fit` agrees ``stop_training`` across workers: after every step, or only at epoch ends.
+"""Which of the user's code runs during an epoch: when `fit` agrees ``stop_training``, and who reads batch logs.
+
+`fit` agrees ``stop_training`` across workers after every step, or only at epoch ends.
 
 Every worker must stop at the same step, and a flag set on one worker alone
 must stop them all. distrib's own callbacks decide from global logs, so they
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-__all__ = ["may_stop_during_epoch"]
+__all__ = ["may_stop_during_epoch", "reads_batch_logs"]
 
+_BATCH_ENDS = ("on_batch_end", "on_train_batch_end", "on_test_batch_end")
 _DURING_EPOCH = ("on_train_begin", "on_epoch_begin", "on_batch_begin", "on_batch_end",
                  "on_train_batch_begin", "on_train_batch_end")
 
@@ -39,3 +42,12 @@ def may_stop_during_epoch(callbacks: Iterable[Any], owner: Any) -> bool:
     if _users(owner, "train_step"):
         return True
     return any(_users(c, hook) for c in callbacks for hook in _DURING_EPOCH)
+
+
+def reads_batch_logs(callbacks: Iterable[Any]) -> bool:
+    """True if a callback of the user's has a batch-end hook (it may read the batch logs).
+
+    Where steps run elsewhere (the parameter server) batch logs are computed
+    only then, since computing them waits for the steps scheduled so far.
+    """
+    return any(_users(c, hook) for c in callbacks for hook in _BATCH_ENDS)

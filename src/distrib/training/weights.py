@@ -33,7 +33,7 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.chief_directory import write_directory
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.fs import url_to_fs
-from distrib.errors import DistribError
+from distrib.training.errors import WeightsMismatchError
 
 __all__ = ["save_weights", "load_weights", "WeightsMismatchError", "WEIGHTS_NAME",
            "WEIGHTS_FORMAT"]
@@ -41,10 +41,6 @@ __all__ = ["save_weights", "load_weights", "WeightsMismatchError", "WEIGHTS_NAME
 WEIGHTS_NAME = "weights.safetensors"
 WEIGHTS_FORMAT = "distrib.weights"
 _MAX_LISTED = 3
-
-
-class WeightsMismatchError(DistribError, ValueError):
-    """The saved weights do not fit the module (missing, unexpected or differently shaped keys)."""
 
 
 def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:

@@ -66,6 +66,11 @@ class CallAuth:
         self._memory = nonce_memory
         self._floor = float("-inf")  # tokens stamped at or before this are refused
 
+    @property
+    def remembered(self) -> int:
+        """How many recent nonces are remembered (at most ``nonce_memory``; older ones are refused by age)."""
+        return len(self._seen)
+
     def _mac(self, *parts: bytes) -> bytes:
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
         for part in parts:

@@ -27,13 +27,17 @@ serve inside the strategy's constructor):
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from distrib.strategies.parameter_server.dispatch import Closure, Dispatcher
 from distrib.strategies.parameter_server.errors import CancelledError, UnavailableError
 from distrib.strategies.parameter_server.pickling import hyper_parameters
 from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerIterator, PerWorkerValues, RemoteValue
+from distrib.strategies.parameter_server.worker import refresh_variables
 from distrib.utils.nest import map_structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["ClusterCoordinator", "RemoteValue", "PerWorkerValues", "PerWorkerDataset", "PerWorkerIterator",
            "UnavailableError", "CancelledError"]
@@ -55,28 +59,24 @@ class ClusterCoordinator:
     `schedule`, `join` or `done` and by that function's `RemoteValue`.
     """
 
-    def __new__(cls, strategy: Any) -> "ClusterCoordinator":
+    def __new__(cls, strategy: "Strategy") -> "ClusterCoordinator":
         existing = getattr(strategy, "_coordinator", None)
         return existing if isinstance(existing, cls) else super().__new__(cls)
 
-    def __init__(self, strategy: Any) -> None:
+    def __init__(self, strategy: "Strategy") -> None:
         if getattr(strategy, "_coordinator", None) is self:
             return
-        from distrib.strategies.parameter_server import ParameterServerStrategy
-
-        if not isinstance(strategy, ParameterServerStrategy):
+        parts = getattr(strategy, "coordinator_parts", None)
+        if parts is None:
             raise TypeError(f"ClusterCoordinator needs a ParameterServerStrategy, got {type(strategy).__name__}")
-        if strategy._runtime is None:
-            raise RuntimeError(f"ClusterCoordinator runs on the chief, but this process is "
-                               f"{strategy.cluster_resolver.describe()}")
+        runtime, definitions, apply_metric_deltas = parts()
         self._strategy = strategy
         self._lock = threading.Lock()
-        self._dispatcher = Dispatcher(strategy._runtime, strategy.cluster.worker_ids,
-                                      strategy._exporter.definitions, strategy._apply_metric_deltas)
+        self._dispatcher = Dispatcher(runtime, strategy.cluster.worker_ids, definitions, apply_metric_deltas)
         strategy._coordinator = self
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> "Strategy":
         return self._strategy
 
     # ------------------------------------------------------------ schedule
@@ -101,6 +101,21 @@ class ClusterCoordinator:
         self._dispatcher.submit(closure)
         return closure.value
 
+    def share(self, *objects: Any) -> None:
+        """Create on the cluster now the variables, modules, optimizers and metrics ``objects`` use.
+
+        Scheduling does this on first use; `Model.fit` does it before its
+        callbacks run, so that restoring a backup (``optimizer.load_state_dict``)
+        reaches the optimizer's state on the ps tasks.
+        """
+        s = self._strategy
+        with self._lock:
+            s._place_pending()
+            for obj in objects:
+                s._exporter.export_value(obj)
+
+    between_steps = staticmethod(refresh_variables)
+
     def join(self) -> None:
         """Wait until every scheduled function has finished; raise the first error, if any."""
         self._dispatcher.join()
@@ -124,7 +139,7 @@ class ClusterCoordinator:
         ``input_pipeline_id`` = that worker's index, so it can shard.
         """
         recipe = ("call", dataset_fn) if callable(dataset_fn) else ("value", dataset_fn)
-        return PerWorkerDataset._from_recipe(recipe)
+        return PerWorkerDataset.from_recipe(recipe)
 
     @property
     def lost_workers(self) -> Dict[int, str]:

@@ -35,7 +35,7 @@ from distrib.strategies.parameter_server.runtime import is_remote_exception, una
 from distrib.strategies.parameter_server.server import named_class
 from distrib.strategies.parameter_server.values import RemoteValue
 
-__all__ = ["Closure", "Dispatcher"]
+__all__ = ["Closure", "Dispatcher", "rebuild_error"]
 
 log = logging.getLogger("distrib.coordinator")
 
@@ -132,7 +132,7 @@ class Dispatcher:
 
     def _cancel_queue(self, why: str) -> None:
         while self._queue:
-            self._queue.popleft().value._set_error(CancelledError(f"scheduled function cancelled: {why}"))
+            self._queue.popleft().value.set_exception(CancelledError(f"scheduled function cancelled: {why}"))
 
     def _serve(self, worker: int) -> None:
         while True:
@@ -190,17 +190,17 @@ class Dispatcher:
         if kind == "ok":
             try:
                 self._on_success(reply[2])
-                closure.value._set(reply[1])
+                closure.value.set_result(reply[1])
             except Exception as exc:  # noqa: BLE001 - e.g. a result class the chief cannot load
-                closure.value._set_error(exc)
+                closure.value.set_exception(exc)
                 self._fail(exc)
             return
         if kind == "ps":
             error: BaseException = UnavailableError(f"{reply[1]} (seen by {self._describe(worker)})",
                                                     task=reply[2])
         else:
-            error = _rebuild(reply[1], reply[2], self._describe(worker))
-        closure.value._set_error(error)
+            error = rebuild_error(reply[1], reply[2], self._describe(worker))
+        closure.value.set_exception(error)
         self._fail(error)
 
     def _worker_lost(self, worker: int, closure: Closure, reason: str) -> None:
@@ -209,13 +209,13 @@ class Dispatcher:
             self._alive[worker] = False
             self._lost[worker] = reason
             if self._stopped:
-                closure.value._set_error(CancelledError("scheduled function cancelled: the coordinator stopped"))
+                closure.value.set_exception(CancelledError("scheduled function cancelled: the coordinator stopped"))
             elif any(self._alive.values()):
                 self._queue.appendleft(closure)
                 log.warning("distrib: %s; its function is re-scheduled on the remaining workers", reason)
             else:
                 error = UnavailableError(f"every worker is lost: {self._lost_text()}")
-                closure.value._set_error(error)
+                closure.value.set_exception(error)
                 self._fail(error)
             self._cond.notify_all()
 
@@ -226,7 +226,7 @@ class Dispatcher:
         return self._runtime.cluster.describe("worker", worker)
 
 
-def _rebuild(spec: Dict[str, Any], remote_traceback: str, where: str) -> BaseException:
+def rebuild_error(spec: Dict[str, Any], remote_traceback: str, where: str) -> BaseException:
     """The worker's exception (its class by name, among the chief's modules), its remote traceback as
     the cause and a note naming the worker."""
     try:

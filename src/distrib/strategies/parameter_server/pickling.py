@@ -31,12 +31,15 @@ import pickle
 import sys
 import sysconfig
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import cloudpickle
 import torch
 
 from distrib.strategies.parameter_server.variables import VariableInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["Definition", "Exporter", "Importer", "hyper_parameters"]
 
@@ -92,7 +95,7 @@ class Exporter:
         on_new_optimizer: called with ``(key, optimizer)`` when an optimizer is first shipped.
     """
 
-    def __init__(self, strategy: Any, registry: Any, classify: Callable[[Any], Optional[str]],
+    def __init__(self, strategy: "Strategy", registry: Any, classify: Callable[[Any], Optional[str]],
                  on_new_optimizer: Callable[[int, torch.optim.Optimizer], None]) -> None:
         self._strategy = strategy
         self._registry = registry
@@ -225,7 +228,7 @@ class Importer:
         make_per_worker: ``make_per_worker(recipe) -> value`` for per-worker definitions.
     """
 
-    def __init__(self, strategy: Any, make_optimizer: Callable, make_per_worker: Callable) -> None:
+    def __init__(self, strategy: "Strategy", make_optimizer: Callable, make_per_worker: Callable) -> None:
         self._strategy = strategy
         self._make_optimizer = make_optimizer
         self._make_per_worker = make_per_worker

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
@@ -49,7 +49,7 @@ from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
-__all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "handler_name"]
+__all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "request_stop", "handler_name"]
 
 log = logging.getLogger("distrib.ps")
 
@@ -68,7 +68,7 @@ def ping() -> int:
 _GRACEFUL = [True]
 
 
-def _request_stop(graceful: bool) -> None:
+def request_stop(graceful: bool) -> None:
     """Channel handler: the chief's program ended; leave `serve` (together with everyone if ``graceful``)."""
     _GRACEFUL[0] = bool(graceful)
     _STOP.set()
@@ -109,32 +109,22 @@ def _reason(exc: BaseException) -> str:
     return text
 
 
-def _handlers(role: str) -> Dict[str, Callable]:
-    from distrib.strategies.parameter_server import server as ps_server, worker as ps_worker
-
-    fns: List[Callable] = [ping]
-    if role == "worker":
-        fns += [_request_stop, ps_worker.run_closure]
-    elif role == "ps":
-        fns += [_request_stop, ps_server.create_variables, ps_server.write_variables,
-                ps_server.read_variables, ps_server.create_optimizer, ps_server.apply_gradients,
-                ps_server.inventory, ps_server.read_optimizer_state, ps_server.write_optimizer_state]
-    return {handler_name(f): f for f in fns}
-
-
 class Runtime:
     """This process's membership in the parameter-server channel.
 
     Args:
         cluster: the validated cluster.
         timeout: seconds any call or start-up wait may take before it is an error.
+        handlers: the channel handlers this task serves, by name (`handlers.role_handlers`).
     """
 
-    def __init__(self, cluster: PSCluster, timeout: float) -> None:
+    def __init__(self, cluster: PSCluster, timeout: float, handlers: Dict[str, Callable]) -> None:
         self.cluster = cluster
         self.timeout = float(timeout)
+        self._handlers = dict(handlers)
         self._store = None
         self._server: Optional[Server] = None
+        self._addresses: Dict[TaskInfo, str] = {}
         self._channels: Dict[TaskInfo, Channel] = {}
         self._started = False
         self._closed = False
@@ -168,9 +158,10 @@ class Runtime:
         self._store = attempt_store(store)
         wait_for_all(self._store, rank, world, self.timeout, c.describe_rank)
         my_host = self._host_of(c.task)
-        self._server = Server(my_host, _handlers(c.task.task_type), auth, tls, threads=max(8, 2 * world),
+        self._server = Server(my_host, self._handlers, auth, tls, threads=max(8, 2 * world),
                               name=str(c.task))
         self._store.set(f"{_PORT_KEY}{rank}", str(self._server.port))
+        self._addresses[c.task] = f"{_bracket(my_host)}:{self._server.port}"
         for peer_rank, task in enumerate(c.tasks):
             if peer_rank == rank:
                 continue
@@ -181,7 +172,15 @@ class Runtime:
                                    f"chief's address {host}:{port}?", "INVALID_ARGUMENT")
             address = f"{_bracket(self._host_of(task))}:{int(text)}"
             self._channels[task] = Channel(address, auth, tls, dest=str(task))
+            self._addresses[task] = address
         self._started = True
+
+    def channel_address(self, task: TaskInfo) -> str:
+        """``host:port`` of ``task``'s channel server (published by it at start-up)."""
+        try:
+            return self._addresses[task]
+        except KeyError:
+            raise ValueError(f"{task} is not a task of this parameter-server job") from None
 
     def _host_of(self, task: TaskInfo) -> str:
         field = f"TF_CONFIG cluster {task.task_type}[{task.task_id}]"
@@ -270,7 +269,7 @@ class Runtime:
         others = self.cluster.tasks[1:]
         quick = min(5.0, self.timeout)
         graceful = all([self._answers(f) for f in [self._try_async(t, ping, (), quick) for t in others]])
-        futures = [self._try_async(t, _request_stop, (graceful,), quick) for t in others]
+        futures = [self._try_async(t, request_stop, (graceful,), quick) for t in others]
         acked = all([self._answers(f) for f in futures])   # wait for every ack before closing channels
         self._leave(graceful=graceful and acked)
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, NoReturn
 from distrib.strategies.parameter_server.runtime import Runtime
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.strategies.parameter_server.strategy import ParameterServerStrategy
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["serve_forever_and_exit"]
 
 
-def serve_forever_and_exit(runtime: Runtime, strategy: "ParameterServerStrategy") -> NoReturn:
+def serve_forever_and_exit(runtime: Runtime, strategy: "Strategy") -> NoReturn:
     """Serve as this task's role until the chief's program ends, then exit the process with status 0.
 
     A ps task holds variables and applies updates; a worker runs the

@@ -46,8 +46,10 @@ from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy, StrategyBoundState
+from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.handlers import role_handlers
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
 from distrib.strategies.parameter_server.runtime import Runtime
 from distrib.strategies.parameter_server.serve import serve_forever_and_exit
@@ -101,7 +103,7 @@ class ParameterServerStrategy(Strategy):
         role = cluster.task.task_type
         if role == "evaluator":
             return
-        runtime = Runtime(cluster, self._communication_options.timeout)
+        runtime = Runtime(cluster, self._communication_options.timeout, role_handlers(role))
         runtime.start()
         if role != "chief":
             serve_forever_and_exit(runtime, self)  # a worker or ps task: TF's server.join()
@@ -230,7 +232,7 @@ class ParameterServerStrategy(Strategy):
         return gather_values(self._collective, self.comm_device, value, axis)
 
     def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
-        return self._own_results(value)
+        return self.own_results(value)
 
     # ---------------------------------------------------------- variables
     def _require_chief(self, what: str) -> VariableRegistry:
@@ -253,8 +255,35 @@ class ParameterServerStrategy(Strategy):
         self._require_chief("ps_inventory")
         return self._runtime.call(TaskInfo("ps", ps_id), ps_server.inventory)
 
+    def channel_address(self, task_type: str, task_id: int = 0) -> str:
+        """``host:port`` of a task's authenticated gRPC server (the port it chose at start-up)."""
+        self._require_chief("channel_address")
+        return self._runtime.channel_address(TaskInfo(task_type, task_id))
+
     def _place_pending(self) -> None:
         self._require_chief("schedule").place_pending()
+
+    def coordinator_parts(self) -> Tuple[Runtime, Dict[int, Any], Callable[..., None]]:
+        """What a `ClusterCoordinator` dispatches with: the channel, the exported definitions and the
+        function that adds a closure's metric changes to the chief's metrics.
+
+        Raises:
+            RuntimeError: on a task that is not the chief (an evaluator).
+        """
+        if self._runtime is None or self._exporter is None:
+            raise RuntimeError(f"ClusterCoordinator runs on the chief, but this process is "
+                               f"{self.cluster_resolver.describe()}")
+        return self._runtime, self._exporter.definitions, self._apply_metric_deltas
+
+    # ---------------------------------------------------------- execution
+    def step_scheduler(self) -> Optional[StepScheduler]:
+        """On the chief, the `ClusterCoordinator`: `Model.fit` schedules its steps on the workers.
+        Elsewhere (an evaluator) None: steps run in this process."""
+        if self._runtime is None:
+            return None
+        from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
+
+        return ClusterCoordinator(self)
 
     # ---------------------------------------------------------- exporting
     def _classify(self, obj: Any) -> Optional[str]:

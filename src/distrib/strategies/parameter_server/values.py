@@ -43,11 +43,13 @@ class RemoteValue:
         self._value: Any = None
         self._error: Optional[BaseException] = None
 
-    def _set(self, value: Any) -> None:
+    def set_result(self, value: Any) -> None:
+        """The coordinator's side: the function returned ``value``."""
         self._value = value
         self._done.set()
 
-    def _set_error(self, error: BaseException) -> None:
+    def set_exception(self, error: BaseException) -> None:
+        """The coordinator's side: the function failed (or was cancelled) with ``error``."""
         self._error = error
         self._done.set()
 
@@ -91,7 +93,9 @@ class PerWorkerValues:
         self.recipe: Tuple[Any, ...] = ("values", tuple(values))
 
     @classmethod
-    def _from_recipe(cls, recipe: Tuple[Any, ...]) -> "PerWorkerValues":
+    def from_recipe(cls, recipe: Tuple[Any, ...]) -> "PerWorkerValues":
+        """Values each worker makes from ``recipe``: ``("call", fn)`` calls ``fn()`` there, ``("iter",
+        values)`` iterates that worker's value of ``values``, ``("value", v)`` copies ``v``."""
         obj = cls.__new__(cls)
         obj.recipe = recipe
         return obj
@@ -105,7 +109,7 @@ class PerWorkerDataset(PerWorkerValues):
 
     def __iter__(self) -> "PerWorkerIterator":
         """Per-worker iterators over the per-worker datasets (TensorFlow's ``per_worker_iterator``)."""
-        return PerWorkerIterator._from_recipe(("iter", self))
+        return PerWorkerIterator.from_recipe(("iter", self))
 
 
 class PerWorkerIterator(PerWorkerValues):

@@ -23,7 +23,7 @@ Example (the chief's side of one call):
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -35,7 +35,10 @@ from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
 
-__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables"]
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
+__all__ = ["WorkerState", "RemoteOptimizer", "run_closure", "serve_worker", "refresh_variables", "error_reply"]
 
 _STATE: List["WorkerState"] = []
 
@@ -87,7 +90,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
 class WorkerState:
     """Everything a worker keeps between functions."""
 
-    def __init__(self, runtime: Any, strategy: Any, worker_index: int) -> None:
+    def __init__(self, runtime: Any, strategy: "Strategy", worker_index: int) -> None:
         self.runtime = runtime
         self.worker_index = worker_index
         self.importer = Importer(strategy, self._make_optimizer, self._make_per_worker)
@@ -137,13 +140,13 @@ class WorkerState:
         except UnavailableError as exc:
             if (exc.task or "").startswith("ps"):
                 return ("ps", str(exc), exc.task)
-            return _error_reply(exc)
+            return error_reply(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the chief
-            return _error_reply(exc)
+            return error_reply(exc)
         try:
             ps_wire.encode(result)
         except ps_wire.WireFormatError as exc:
-            return _error_reply(TypeError(f"the scheduled function's return value could not be sent to the "
+            return error_reply(TypeError(f"the scheduled function's return value could not be sent to the "
                                           f"chief ({exc}); return tensors, numbers, strings or lists, "
                                           f"tuples and dicts of them"))
         return ("ok", result, deltas)
@@ -153,7 +156,7 @@ def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def _error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
+def error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
     """The exception by class name and arguments (the chief rebuilds it), and its traceback text."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
@@ -188,7 +191,7 @@ def refresh_variables(tensors: Sequence[torch.Tensor]) -> None:
         imp.params[info.var_id].data = value
 
 
-def serve_worker(runtime: Any, strategy: Any, worker_index: int) -> None:
+def serve_worker(runtime: Any, strategy: "Strategy", worker_index: int) -> None:
     """Serve scheduled functions until the chief's program ends."""
     _STATE.append(WorkerState(runtime, strategy, worker_index))
     runtime.serve()

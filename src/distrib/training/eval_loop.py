@@ -1,0 +1,72 @@
+"""`run_evaluation` and `run_predict`: evaluate (and fit's validation) and predict over the one step loop.
+
+Evaluation resets the metrics, runs ``test_step`` over its input with the
+strategy's step executor, resolves what still runs elsewhere and returns the
+global logs, between ``on_test_begin`` and ``on_test_end``. Prediction runs
+``predict_step`` in this process for every strategy (the predictions are
+wanted here) and assembles them in input order (`distrib.training.predict_output`).
+
+Example:
+    >>> logs = run_evaluation(loop, executor, executor.eval_input(x, y, batch_size=8, sample_weight=None,
+    ...                                                           steps=None), cbs, log_every=1)
+    >>> sorted(logs)
+    ['loss']
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from distrib.training.loop_host import LoopHost
+from distrib.training.predict_output import assemble, concat, rows_of
+from distrib.training.step_executor import EvalInput, StepExecutor
+from distrib.training.step_loop import PREDICT, TEST, batch_logs_for, run_steps
+
+__all__ = ["run_evaluation", "run_predict"]
+
+Logs = Dict[str, Any]
+
+
+def run_evaluation(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Logs:
+    """The test loop over ``data`` (evaluate, or fit's validation); returns the global logs."""
+    was_training = loop.module.training
+    loop.module.eval()
+    loop.reset_metrics()
+    cbs.on_test_begin()
+    iterator = data.iterator()
+    try:
+        result = run_steps(phase=TEST, callbacks=cbs,
+                           execute=lambda n, on_begin: executor.execute(TEST, iterator, n, on_begin),
+                           steps=data.steps, log_every=log_every,
+                           batch_logs=batch_logs_for(executor.eager_batch_logs, executor.resolve,
+                                                     loop.compute_logs, cbs.callbacks),
+                           steps_per_execution=loop.steps_per_execution)
+        executor.resolve()
+        logs = dict(result.logs) if result.logs is not None else loop.compute_logs()
+    finally:
+        loop.module.train(was_training)
+    cbs.on_test_end(logs)
+    return logs
+
+
+def run_predict(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Any:
+    """Every prediction of ``data``, in input order, as numpy arrays on every worker."""
+    outputs: List[Any] = []
+    iterator = data.iterator()
+
+    def execute(n: int, on_begin: Any) -> Any:
+        done = executor.execute(PREDICT, iterator, n, on_begin)
+        outputs.extend(done.results)
+        return done
+
+    was_training = loop.module.training
+    loop.module.eval()
+    cbs.on_predict_begin()
+    try:
+        run_steps(phase=PREDICT, callbacks=cbs, execute=execute, steps=data.steps, log_every=log_every,
+                  steps_per_execution=loop.steps_per_execution,
+                  batch_logs=lambda ys: {"outputs": ys[0] if len(ys) == 1 else concat(ys)})
+    finally:
+        loop.module.train(was_training)
+    result = assemble(loop.strategy, outputs, [rows_of(y) for y in outputs])
+    cbs.on_predict_end()
+    return result
