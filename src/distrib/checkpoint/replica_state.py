@@ -16,13 +16,17 @@ Example (3 replicas; replica 1 was lost and is replaced):
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Union
 
 import torch
 
 from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.checkpoint.rng import apply_rng_state, capture_rng_state
 from distrib.checkpoint.strategy_lookup import resolve_role
+from distrib.strategies.checkpoint_role import CheckpointRole
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 __all__ = ["ReplicaState"]
 
@@ -36,7 +40,7 @@ class ReplicaState:
         strategy: its strategy (the collective gathers over its replicas).
     """
 
-    def __init__(self, model: Any, strategy: Any) -> None:
+    def __init__(self, model: Any, strategy: "Union[Strategy, CheckpointRole, None]") -> None:
         self._model = model
         self._strategy = strategy
 
