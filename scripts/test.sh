@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # The test suite: unit tests, then real multi-process tests on 127.0.0.1.
+#
+# Tests run in 2 pytest processes (pytest-xdist): most multi-process tests spend
+# their time waiting on start-up, rendezvous and timeouts, so two at once keep
+# 2 cores busy. DISTRIB_TEST_PROCESSES=1 runs them one at a time; extra
+# arguments go to pytest (./scripts/test.sh -m slow runs the long tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/env.sh
-# Tests marked slow are left out unless asked for: ./scripts/test.sh -m slow
-exec .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "$@"
+processes="${DISTRIB_TEST_PROCESSES:-2}"
+parallel=()
+if [ "$processes" != "1" ]; then parallel=(-n "$processes" --dist worksteal); fi
+exec .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "${parallel[@]}" "$@"
