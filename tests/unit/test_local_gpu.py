@@ -87,6 +87,49 @@ def test_nccl_on_a_shared_gpu_stops_naming_both_tasks_the_gpu_and_the_fix(monkey
     assert "CUDA_VISIBLE_DEVICES" in text and "RING" in text
 
 
+class _RecordingStore:
+    """A HashStore that remembers which keys were waited for."""
+
+    def __init__(self, store):
+        self.store, self.waited = store, []
+
+    def set(self, key, value):
+        self.store.set(key, value)
+
+    def get(self, key):
+        return self.store.get(key)
+
+    def wait(self, keys, timeout):
+        self.waited.extend(keys)
+        self.store.wait(keys, timeout)
+
+
+@pytest.mark.parametrize("peer_has_read", [True, False])
+def test_task_0_keeps_the_store_until_every_task_has_read_the_clash(monkeypatch, peer_has_read):
+    monkeypatch.setattr("socket.gethostname", lambda: "node-a")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    inner = _store_with_peer(["node-a", "0"])
+    if peer_has_read:
+        inner.set("distrib/gpu/read/1", "1")
+    store = _RecordingStore(inner)
+    with pytest.raises(GpuSharingError):  # a peer that never reads (dead) only delays the error
+        choose_backend(store, 0, 2, torch.device("cuda", 0), "nccl", False, 0.2, describe)
+    assert "distrib/gpu/read/1" in store.waited
+    assert inner.get("distrib/gpu/read/0") == b"1"
+
+
+def test_other_tasks_mark_their_read_and_do_not_wait(monkeypatch):
+    monkeypatch.setattr("socket.gethostname", lambda: "node-a")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    inner = dist.HashStore()
+    inner.set("distrib/gpu/0", json.dumps(["node-a", "0"]))
+    store = _RecordingStore(inner)
+    with pytest.raises(GpuSharingError):
+        choose_backend(store, 1, 2, torch.device("cuda", 0), "nccl", False, 5, describe)
+    assert inner.get("distrib/gpu/read/1") == b"1"
+    assert not any(key.startswith("distrib/gpu/read/") for key in store.waited)
+
+
 def test_auto_falls_back_to_gloo_and_says_so(monkeypatch, caplog):
     monkeypatch.setattr("socket.gethostname", lambda: "node-a")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

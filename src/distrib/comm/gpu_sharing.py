@@ -56,6 +56,23 @@ def find_shared_gpu(table: Mapping[int, Tuple[str, str]]) -> Optional[Tuple[int,
     return None
 
 
+def _let_every_task_read_the_table(store: Any, rank: int, world_size: int, timeout: float) -> None:
+    """Before stopping, make sure the store outlives every task's read of the table.
+
+    Task 0 hosts the store: had it exited at once, a slower task could lose the
+    store before reading the table and report a lost connection instead of the clash.
+    Every task marks that it has read; task 0 waits for those marks (bounded by
+    ``timeout``: a task that died meanwhile must not keep the error from being raised).
+    """
+    store.set(f"distrib/gpu/read/{rank}", "1")
+    if rank != 0:
+        return
+    try:
+        store.wait([f"distrib/gpu/read/{r}" for r in range(world_size)], timedelta(seconds=timeout))
+    except Exception:  # noqa: BLE001 - a timeout or a lost peer: the clash is still the error to raise
+        log.debug("distrib: not every task confirmed reading the GPU table", exc_info=True)
+
+
 def choose_backend(store: Any, rank: int, world_size: int, device: torch.device, backend: str,
                    auto: bool, timeout: float, describe: Callable[[int], str]) -> str:
     """``backend``, unless NCCL would put two tasks on one GPU (see the module docstring)."""
@@ -75,6 +92,7 @@ def choose_backend(store: Any, rank: int, world_size: int, device: torch.device,
             log.warning("distrib: %s; NCCL cannot run two tasks on one GPU, so the job uses gloo "
                         "instead (slower; give each task its own GPU to get NCCL)", clash)
         return "gloo"
+    _let_every_task_read_the_table(store, rank, world_size, timeout)
     raise GpuSharingError(
         f"{clash}; NCCL cannot run two tasks on one GPU: give each task on a host its own GPU "
         f"(LOCAL_RANK / SLURM_LOCALID, or one CUDA_VISIBLE_DEVICES entry per task), run fewer "
