@@ -129,6 +129,9 @@ class Collective(abc.ABC):
     def step_boundary(self) -> None:
         """A training step starts (``strategy.run``); an elastic collective marks its log here."""
 
+    def step_end(self) -> None:
+        """A training step's replica function returned (``strategy.run``); an elastic collective resizes here."""
+
     def shutdown(self) -> None:
         """Release connections; the collective is unusable afterwards."""
 

@@ -39,6 +39,7 @@ from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
+from distrib.comm.elastic.resize import leave_votes, survivors
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
@@ -57,6 +58,8 @@ class ElasticCollective(TorchCollective):
     _snapshot: Optional[bytes] = None
     _gen = 0
     _backend = "gloo"
+    _tasks: Optional[List[int]] = None  # after a resize: the start-up rank of each current rank
+    _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
 
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
@@ -87,6 +90,58 @@ class ElasticCollective(TorchCollective):
         if self._replay is not None:
             self._replay.step_started(self.log)
         self.log.mark_step()
+
+    # ------------------------------------------------------------ resizing
+    def step_end(self) -> None:
+        """Agree who leaves after this step (one small all-reduce); shrink the job if anyone does."""
+        leaving = leave_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._rank, self._world_size)
+        if any(leaving):
+            self._shrink(leaving)
+
+    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        """Call ``listener(leaving)`` on every member, over the old groups, before the job shrinks."""
+        if self._resize_listeners is None:
+            self._resize_listeners = []
+        self._resize_listeners.append(listener)
+
+    def _task_rank(self, rank: int) -> int:
+        return rank if self._tasks is None else self._tasks[rank]
+
+    def _shrink(self, leaving: List[bool]) -> None:
+        me = self._describe(self._rank)
+        for listener in list(self._resize_listeners or ()):
+            listener(leaving)
+        stay = survivors(leaving)
+        gone = [self._describe(r) for r, g in enumerate(leaving) if g]
+        if leaving[self._rank]:
+            log.warning("distrib: %s leaves the job after this step (it asked to); %d worker%s go on with "
+                        "the same global batch", me, len(stay), "" if len(stay) == 1 else "s")
+            self._leave()
+        start = time.monotonic()
+        old_world, gen = self._world_size, self._gen + 1
+        tasks = [self._task_rank(r) for r in stay]
+        rank = stay.index(self._rank)
+        self._group, self._control = rebuild_groups(self._store, gen, rank, len(stay), self._backend,
+                                                    self._timeout)
+        if self._monitor is not None:
+            self._monitor.forget([self._task_rank(r) for r, g in enumerate(leaving) if g])
+        describe = self._task_describe = getattr(self, "_task_describe", self._describe)
+        self._describe = lambda r: describe(tasks[r]) if 0 <= r < len(tasks) else f"replica {r}"
+        self._tasks, self._rank, self._world_size, self._gen = tasks, rank, len(stay), gen
+        self.log.forget_before_resize()
+        log.warning("distrib: %s: %s left; the job goes on with %d of %d workers from the next step "
+                    "(generation %d formed in %.2fs; now replica %d; each global batch is split %d ways)",
+                    me, ", ".join(gone), len(stay), old_world, gen, time.monotonic() - start, rank, len(stay))
+
+    def _leave(self) -> None:
+        """Exit this process with status 0 now (the job goes on without it)."""
+        self.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
 
     # -------------------------------------------------------- collectives
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
@@ -174,6 +229,10 @@ class ElasticCollective(TorchCollective):
     # ----------------------------------------------------------- recovery
     def _recover(self, why: str) -> None:
         me = self._describe(self._rank)
+        if self._tasks is not None:
+            raise ElasticRecoveryError(
+                f"{me}: {why}; elastic recovery after the job was resized is not supported: the job "
+                f"restarts from its last checkpoint")
         start = time.monotonic()
         deadline = start + self._timeout
         gen = self._gen

@@ -90,6 +90,11 @@ class OpLog:
         oldest = self.snapshots[0].seq
         self.entries = [e for e in self.entries if e.seq >= oldest]
 
+    def forget_before_resize(self) -> None:
+        """The job changed size: no snapshot or result from before can restore a replica of the new one."""
+        self.snapshots = []
+        self.entries = []
+
     def catch_up_snapshot(self, until: int) -> Optional[Snapshot]:
         """The newest snapshot a replacement can restore and replay to ``until`` from (its mark <= ``until``)."""
         usable = [s for s in self.snapshots if s.mark is not None and s.mark <= until]

@@ -1,0 +1,152 @@
+"""Resizing a running elastic job: a worker leaves at an agreed step, the others go on, the result is unchanged.
+
+3 real workers under ``distrib launch --elastic``; one calls
+``distrib.comm.elastic.request_leave()`` during a step. Every worker learns it
+at that step's end (one agreed vote), the leaver exits 0, the other two
+rebuild their groups and split the *same* global batches two ways. Their final
+weights (and, under ``fit``, the logged history) must equal those of a run
+that kept 3 workers throughout, to float tolerance (summation order differs).
+"""
+import json
+import os
+
+import pytest
+import torch
+
+from distrib.checkpoint.format import load_state
+from distrib.launch import launch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+WORKERS = 3
+
+COMMON = '''
+import json, os, sys
+import numpy as np
+import torch
+import distrib
+from distrib.checkpoint import save_state
+from distrib.comm.elastic import request_leave
+
+out_dir, leaver, leave_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+strategy = distrib.MultiWorkerMirroredStrategy()
+task = strategy.cluster_resolver.task_id  # the replica id changes when a worker before this one leaves
+
+
+def finish(module, extra=None):
+    save_state(module.state_dict(), os.path.join(out_dir, f"final-{task}.safetensors"))
+    with open(os.path.join(out_dir, f"extra-{task}.json"), "w") as f:
+        json.dump({"replicas": strategy.num_replicas_in_sync, "extra": extra}, f)
+'''
+
+FIT_SCRIPT = COMMON + '''
+from distrib.callbacks.backup_and_restore import BackupAndRestore
+from distrib.callbacks.callback import Callback
+
+with strategy.scope():
+    torch.manual_seed(0)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+
+
+class Leave(Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if task == leaver and model.train_loop_state.global_step == leave_step:
+            request_leave()
+
+
+rs = np.random.RandomState(0)
+x = rs.randn(3 * 8 * 8, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+history = model.fit(x, y, batch_size=24, epochs=3, shuffle=True, verbose=0, validation_data=(x[:48], y[:48]),
+                    callbacks=[BackupAndRestore(os.path.join(out_dir, "backup"), save_freq=5), Leave()])
+finish(model.module, history.history)
+'''
+
+CTL_SCRIPT = COMMON + '''
+EPOCHS, STEPS, GB = 2, 6, 24
+rs = np.random.RandomState(0)
+x = rs.randn(GB * STEPS, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+with strategy.scope():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    dataset = strategy.experimental_distribute_dataset(
+        distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(GB * STEPS, seed=1).batch(GB).repeat())
+    iterator = iter(dataset)
+
+
+def step_fn(inputs):
+    xb, yb = inputs
+    loss = distrib.nn.compute_average_loss(((model(xb) - yb) ** 2).mean(dim=1))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+losses = []
+for step in range(EPOCHS * STEPS):
+    if task == leaver and step == leave_step:
+        request_leave()
+    loss = strategy.reduce(distrib.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
+    losses.append(float(loss))
+finish(model, losses)
+'''
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resize")
+    paths = {}
+    for name, text in (("fit", FIT_SCRIPT), ("ctl", CTL_SCRIPT)):
+        paths[name] = root / f"resize_{name}.py"
+        paths[name].write_text(text.lstrip("\n"), encoding="utf-8")
+    return paths
+
+
+def _run(script, out, leaver=-1, step=-1):
+    out.mkdir()
+    result = launch(str(script), [str(out), leaver, step], workers=WORKERS, elastic=True, max_restarts=1,
+                    output="capture", timeout=400, grace_seconds=5)
+    assert result.returncode == 0, result.output[-6000:]
+    assert (result.replacements, result.restarts) == (0, 0), result.output[-4000:]
+    tasks = [t for t in range(WORKERS) if t != leaver]
+    finals = {t: load_state(str(out / f"final-{t}.safetensors")) for t in tasks}
+    extras = {t: json.loads((out / f"extra-{t}.json").read_text()) for t in tasks}
+    return result, finals, extras
+
+
+def _close(a, b):
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a)
+
+
+@pytest.fixture(scope="module")
+def reference(scripts, tmp_path_factory):
+    """Runs that keep 3 workers throughout."""
+    refs = {}
+    for name in ("fit", "ctl"):
+        out = tmp_path_factory.mktemp(f"fixed-{name}") / "out"
+        _, finals, extras = _run(scripts[name], out)
+        refs[name] = (finals[0], extras[0]["extra"])
+    return refs
+
+
+@pytest.mark.parametrize("name,leaver,step", [("fit", 1, 10), ("ctl", 2, 4)])
+def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path, name,
+                                                                        leaver, step):
+    result, finals, extras = _run(scripts[name], tmp_path / "out", leaver, step)
+    assert not (tmp_path / "out" / f"final-{leaver}.safetensors").exists(), "the leaver went on after its step"
+    assert f"worker {leaver}" in result.output and "left; the job goes on with 2 of 3 workers" in result.output
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 2
+        assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
+    if name == "fit":
+        history, fixed = extras[0]["extra"], reference[name][1]
+        assert history.keys() == fixed.keys()
+        for key in fixed:
+            assert history[key] == pytest.approx(fixed[key], rel=1e-5), key
+    else:
+        assert extras[0]["extra"] == pytest.approx(reference[name][1], rel=1e-5)
