@@ -176,6 +176,7 @@ class DistributedIterator:
     def _next(self) -> Any:
         if self._phase is Phase.FINISHED:
             return None
+        self._collective.apply_pending_resize()  # elastic: workers agreed to leave after the last step
         placement = self._source.host.input_placement()
         if placement != self._placement:
             self._reshard(placement)

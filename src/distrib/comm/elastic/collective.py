@@ -60,6 +60,7 @@ class ElasticCollective(TorchCollective):
     _backend = "gloo"
     _tasks: Optional[List[int]] = None  # after a resize: the start-up rank of each current rank
     _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
+    _pending_leave: Optional[List[bool]] = None  # agreed at the last step's end, applied before the next
 
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
@@ -87,15 +88,27 @@ class ElasticCollective(TorchCollective):
         return data
 
     def step_boundary(self) -> None:
+        self.apply_pending_resize()
         if self._replay is not None:
             self._replay.step_started(self.log)
         self.log.mark_step()
 
     # ------------------------------------------------------------ resizing
     def step_end(self) -> None:
-        """Agree who leaves after this step (one small all-reduce); shrink the job if anyone does."""
+        """Agree who leaves after this step (one small all-reduce); the job shrinks before the next step.
+
+        The shrink waits for the next step's input or start (`apply_pending_resize`),
+        so what the program does with this step's results (a reduce of the
+        loss, a save, fit's callbacks) still has every replica.
+        """
         leaving = leave_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._rank, self._world_size)
         if any(leaving):
+            self._pending_leave = leaving
+
+    def apply_pending_resize(self) -> None:
+        """Shrink the job now if the last step's vote said some workers leave (they exit here)."""
+        leaving, self._pending_leave = self._pending_leave, None
+        if leaving is not None:
             self._shrink(leaving)
 
     def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
@@ -103,6 +116,10 @@ class ElasticCollective(TorchCollective):
         if self._resize_listeners is None:
             self._resize_listeners = []
         self._resize_listeners.append(listener)
+
+    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        if self._resize_listeners and listener in self._resize_listeners:
+            self._resize_listeners.remove(listener)
 
     def _task_rank(self, rank: int) -> int:
         return rank if self._tasks is None else self._tasks[rank]
