@@ -39,7 +39,7 @@ from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
-from distrib.comm.elastic.resize import leave_votes, survivors
+from distrib.comm.elastic.resize import leave_requested, leave_votes, survivors
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
@@ -60,6 +60,7 @@ class ElasticCollective(TorchCollective):
     _backend = "gloo"
     _tasks: Optional[List[int]] = None  # after a resize: the start-up rank of each current rank
     _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
+    _chief_refused = False
     _pending_leave: Optional[List[bool]] = None  # agreed at the last step's end, applied before the next
 
     @classmethod
@@ -102,6 +103,10 @@ class ElasticCollective(TorchCollective):
         loss, a save, fit's callbacks) still has every replica.
         """
         leaving = leave_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._rank, self._world_size)
+        if self._rank == 0 and leave_requested() and not self._chief_refused:
+            self._chief_refused = True
+            log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
+                        "it stays", self._describe(0))
         if any(leaving):
             self._pending_leave = leaving
 
