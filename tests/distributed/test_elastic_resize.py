@@ -15,6 +15,7 @@ import torch
 
 from distrib.checkpoint.format import load_state
 from distrib.launch import launch
+from distrib.launch.result import LaunchTimeoutError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -28,10 +29,18 @@ import distrib
 from distrib.checkpoint import save_state
 from distrib.comm.elastic import request_leave
 
-out_dir, leaver, leave_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out_dir, leaver, leave_step, wait_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
 strategy = distrib.MultiWorkerMirroredStrategy()
 task = strategy.cluster_resolver.task_id  # the replica id changes when a worker before this one leaves
+
+
+def wait_for_joiner():
+    import time
+    deadline = time.monotonic() + 120
+    while not strategy.collective.joiners_waiting():  # poll: the joiner's Python and torch start-up takes seconds
+        assert time.monotonic() < deadline, "no worker asked to rejoin"
+        time.sleep(0.05)
 
 
 def finish(module, extra=None):
@@ -54,6 +63,10 @@ class Leave(Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if task == leaver and model.train_loop_state.global_step == leave_step:
             request_leave()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if task == 0 and model.train_loop_state.global_step == wait_step:  # the rejoin comes before training ends
+            wait_for_joiner()
 
 
 rs = np.random.RandomState(0)
@@ -107,13 +120,18 @@ def scripts(tmp_path_factory):
     return paths
 
 
-def _run(script, out, leaver=-1, step=-1):
+def _run(script, out, leaver=-1, step=-1, wait_step=-1):
     out.mkdir()
-    result = launch(str(script), [str(out), leaver, step], workers=WORKERS, elastic=True, max_restarts=1,
-                    output="capture", timeout=400, grace_seconds=5)
+    rejoin = wait_step >= 0
+    try:
+        result = launch(str(script), [str(out), leaver, step, wait_step], workers=WORKERS, elastic=True,
+                        max_restarts=1, rejoins=1 if rejoin else 0, output="capture", timeout=400,
+                        grace_seconds=5)
+    except LaunchTimeoutError as exc:
+        pytest.fail(f"the job did not end in time:\n{(exc.result.output or '')[-8000:]}")
     assert result.returncode == 0, result.output[-6000:]
     assert (result.replacements, result.restarts) == (0, 0), result.output[-4000:]
-    tasks = [t for t in range(WORKERS) if t != leaver]
+    tasks = [t for t in range(WORKERS) if t != leaver or rejoin]
     finals = {t: load_state(str(out / f"final-{t}.safetensors")) for t in tasks}
     extras = {t: json.loads((out / f"extra-{t}.json").read_text()) for t in tasks}
     return result, finals, extras
@@ -139,7 +157,8 @@ def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, 
                                                                         leaver, step):
     result, finals, extras = _run(scripts[name], tmp_path / "out", leaver, step)
     assert not (tmp_path / "out" / f"final-{leaver}.safetensors").exists(), "the leaver went on after its step"
-    assert f"worker {leaver}" in result.output and "left; the job goes on with 2 of 3 workers" in result.output
+    assert f"worker {leaver}" in result.output and "left; the job goes on with 2 workers (was 3)" in result.output
+    assert f"distrib launch: worker {leaver} left the job (exit 0)" in result.output
     for task, weights in finals.items():
         assert extras[task]["replicas"] == 2
         assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
@@ -150,3 +169,21 @@ def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, 
             assert history[key] == pytest.approx(fixed[key], rel=1e-5), key
     else:
         assert extras[0]["extra"] == pytest.approx(reference[name][1], rel=1e-5)
+
+
+def test_a_worker_leaving_and_rejoining_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path):
+    """3 -> 2 -> 3: worker 1 leaves after step 6; the launcher starts it again; it is admitted after step 11."""
+    result, finals, extras = _run(scripts["fit"], tmp_path / "out", 1, 6, wait_step=10)
+    assert "worker 1 (" in result.output and "left; the job goes on with 2 workers (was 3)" in result.output
+    assert "joined; the job goes on with 3 workers (was 2)" in result.output, result.output[-4000:]
+    assert "starting it again to rejoin the running job" in result.output
+    assert sorted(finals) == [0, 1, 2]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 3
+        assert _close(weights, reference["fit"][0]), f"worker {task}'s weights differ from the fixed-size run"
+    fixed = reference["fit"][1]
+    for key in fixed:
+        assert extras[0]["extra"][key] == pytest.approx(fixed[key], rel=1e-5), key
+        # the rejoined worker's History holds the epochs it ended; its logs are the job's (global) ones
+        joined = extras[1]["extra"][key]
+        assert joined and joined == pytest.approx(fixed[key][-len(joined):], rel=1e-5), key

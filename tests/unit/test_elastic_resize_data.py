@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distrib.comm.collective import LocalCollective
-from distrib.comm.elastic.resize import leave_votes, survivors
+from distrib.comm.elastic.resize import membership_votes, next_members
 from distrib.data import Dataset
 from distrib.data.distributed import distribute_dataset
 from distrib.data.distributed_iterator import InputReshardError
@@ -67,9 +67,10 @@ def test_only_data_sharding_can_follow_a_resize():
     assert all(resharding_limit(s) for s in (Sharding.FILE, Sharding.OFF, Sharding.LOCAL))
 
 
-def test_the_vote_is_one_flag_per_rank_and_the_chief_never_leaves():
+def test_the_vote_is_one_entry_per_task_and_the_chief_never_leaves():
     others = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)  # what worker 1 contributes
-    votes = leave_votes(lambda t: t + others, rank=0, world=3, wants=True)  # the chief asked: ignored
-    assert votes == [False, True, False]
-    assert leave_votes(lambda t: t, rank=2, world=3, wants=True) == [False, False, True]
-    assert survivors([False, True, False]) == [0, 2]
+    assert membership_votes(lambda t: t + others, task=0, tasks=3, wants=True) == ([1], [])  # the chief: ignored
+    assert membership_votes(lambda t: t, task=2, tasks=3, wants=True) == ([2], [])
+    assert membership_votes(lambda t: t, task=0, tasks=3, wants=False, admit=[1]) == ([], [1])
+    assert next_members([0, 1, 2], leave=[1], join=[]) == [0, 2]
+    assert next_members([0, 2], leave=[], join=[1]) == [0, 1, 2]

@@ -116,6 +116,13 @@ class HealthMonitor:
         """Stop watching ``ranks``: they left the job on purpose (an elastic resize)."""
         self._departed.update(ranks)
 
+    def remember(self, ranks: "List[int]") -> None:
+        """Watch ``ranks`` again: they joined the job (an elastic resize)."""
+        now = time.monotonic()
+        for r in ranks:
+            self._departed.discard(r)
+            self._last_change[r] = now
+
     def stale_peers(self, threshold: float) -> List[int]:
         now = time.monotonic()
         return [r for r, t in sorted(self._last_change.items())

@@ -39,7 +39,8 @@ from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
-from distrib.comm.elastic.resize import leave_requested, leave_votes, survivors
+from distrib.comm.elastic.membership import Membership
+from distrib.comm.elastic.resize import GROW_ENV
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
@@ -50,7 +51,7 @@ JOIN_ENV = "DISTRIB_ELASTIC_JOIN"
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 
 
-class ElasticCollective(TorchCollective):
+class ElasticCollective(Membership, TorchCollective):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
     log: OpLog
@@ -58,19 +59,18 @@ class ElasticCollective(TorchCollective):
     _snapshot: Optional[bytes] = None
     _gen = 0
     _backend = "gloo"
-    _tasks: Optional[List[int]] = None  # after a resize: the start-up rank of each current rank
-    _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
-    _chief_refused = False
-    _pending_leave: Optional[List[bool]] = None  # agreed at the last step's end, applied before the next
 
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
         if os.environ.get(JOIN_ENV) == "1":
             return cls._join(resolver, options, device)
+        if os.environ.get(GROW_ENV) == "1":
+            return cls._grow_join(resolver, options, device, _connect)
         collective = super().connect(resolver, options, device)
         assert isinstance(collective, ElasticCollective)
         collective.log = OpLog()
         collective._backend = options.backend_for(device)
+        collective._max_world = resolver.world_size
         return collective
 
     # ---------------------------------------------------------- snapshots
@@ -93,77 +93,6 @@ class ElasticCollective(TorchCollective):
         if self._replay is not None:
             self._replay.step_started(self.log)
         self.log.mark_step()
-
-    # ------------------------------------------------------------ resizing
-    def step_end(self) -> None:
-        """Agree who leaves after this step (one small all-reduce); the job shrinks before the next step.
-
-        The shrink waits for the next step's input or start (`apply_pending_resize`),
-        so what the program does with this step's results (a reduce of the
-        loss, a save, fit's callbacks) still has every replica.
-        """
-        leaving = leave_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._rank, self._world_size)
-        if self._rank == 0 and leave_requested() and not self._chief_refused:
-            self._chief_refused = True
-            log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
-                        "it stays", self._describe(0))
-        if any(leaving):
-            self._pending_leave = leaving
-
-    def apply_pending_resize(self) -> None:
-        """Shrink the job now if the last step's vote said some workers leave (they exit here)."""
-        leaving, self._pending_leave = self._pending_leave, None
-        if leaving is not None:
-            self._shrink(leaving)
-
-    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
-        """Call ``listener(leaving)`` on every member, over the old groups, before the job shrinks."""
-        if self._resize_listeners is None:
-            self._resize_listeners = []
-        self._resize_listeners.append(listener)
-
-    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
-        if self._resize_listeners and listener in self._resize_listeners:
-            self._resize_listeners.remove(listener)
-
-    def _task_rank(self, rank: int) -> int:
-        return rank if self._tasks is None else self._tasks[rank]
-
-    def _shrink(self, leaving: List[bool]) -> None:
-        me = self._describe(self._rank)
-        for listener in list(self._resize_listeners or ()):
-            listener(leaving)
-        stay = survivors(leaving)
-        gone = [self._describe(r) for r, g in enumerate(leaving) if g]
-        if leaving[self._rank]:
-            log.warning("distrib: %s leaves the job after this step (it asked to); %d worker%s go on with "
-                        "the same global batch", me, len(stay), "" if len(stay) == 1 else "s")
-            self._leave()
-        start = time.monotonic()
-        old_world, gen = self._world_size, self._gen + 1
-        tasks = [self._task_rank(r) for r in stay]
-        rank = stay.index(self._rank)
-        self._group, self._control = rebuild_groups(self._store, gen, rank, len(stay), self._backend,
-                                                    self._timeout)
-        if self._monitor is not None:
-            self._monitor.forget([self._task_rank(r) for r, g in enumerate(leaving) if g])
-        describe = self._task_describe = getattr(self, "_task_describe", self._describe)
-        self._describe = lambda r: describe(tasks[r]) if 0 <= r < len(tasks) else f"replica {r}"
-        self._tasks, self._rank, self._world_size, self._gen = tasks, rank, len(stay), gen
-        self.log.forget_before_resize()
-        log.warning("distrib: %s: %s left; the job goes on with %d of %d workers from the next step "
-                    "(generation %d formed in %.2fs; now replica %d; each global batch is split %d ways)",
-                    me, ", ".join(gone), len(stay), old_world, gen, time.monotonic() - start, rank, len(stay))
-
-    def _leave(self) -> None:
-        """Exit this process with status 0 now (the job goes on without it)."""
-        self.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(0)
 
     # -------------------------------------------------------- collectives
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
@@ -333,7 +262,9 @@ class ElasticCollective(TorchCollective):
         return collective
 
 
-_HERE = (os.path.join("distrib", "comm", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
+_HERE = tuple(os.path.join("distrib", "comm", *parts) for parts in (("elastic", "collective.py"), ("collective.py",),
+                                                                    ("elastic", "membership.py"),
+                                                                    ("elastic", "resize.py")))
 
 
 def _call_site(depth: int = 4) -> str:

@@ -90,6 +90,12 @@ class OpLog:
         oldest = self.snapshots[0].seq
         self.entries = [e for e in self.entries if e.seq >= oldest]
 
+    def close_snapshots(self) -> None:
+        """The job changes size at this step boundary: the snapshots without a mark get this seq as theirs."""
+        for snap in self.snapshots:
+            if snap.mark is None:
+                snap.mark = self.seq
+
     def forget_before_resize(self) -> None:
         """The job changed size: no snapshot or result from before can restore a replica of the new one."""
         self.snapshots = []
