@@ -72,8 +72,15 @@ class Membership:
             self._pending = (leave, join)
 
     def _joiners_to_admit(self) -> List[int]:
-        if not self.log.snapshots or self._replay is not None:
-            return []  # a joiner starts from a snapshot: none yet since the last resize
+        snaps = self.log.snapshots
+        if not snaps or snaps[-1].mark != self.log.step_start or self._replay is not None:
+            # A joiner starts from the snapshot kept just before this step (every training step of
+            # fit, the first step after a custom loop's save()): not during fit's validation, and
+            # not before a snapshot since the last resize.
+            return []
+        return self._waiting()
+
+    def _waiting(self) -> List[int]:
         members = {self._task_rank(r) for r in range(self._world_size)}
         absent = [t for t in range(1, self._max_world) if t not in members]
         if not absent:
@@ -83,8 +90,8 @@ class Membership:
         return waiting_joiners(self._store, absent, self._admitted)
 
     def joiners_waiting(self) -> List[int]:
-        """On the chief: the tasks asking to join that the next step's vote will admit (reads the store)."""
-        return self._joiners_to_admit() if self._rank == 0 else []
+        """On the chief: the tasks asking to join, to be admitted at a coming step's end (reads the store)."""
+        return self._waiting() if self._rank == 0 else []
 
     def apply_pending_resize(self) -> None:
         """Apply the membership change the last step's vote agreed (leavers exit here)."""

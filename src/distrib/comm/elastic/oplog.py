@@ -65,6 +65,7 @@ class OpLog:
     def __init__(self) -> None:
         self.seq = 0
         self.first_mark: Optional[int] = None
+        self.step_start: Optional[int] = None  # the seq the current step started at
         self.startup: List[Entry] = []
         self.entries: List[Entry] = []
         self.snapshots: List[Snapshot] = []
@@ -79,6 +80,7 @@ class OpLog:
         """A step starts now: the first one ends the startup log; open snapshots get their mark."""
         if self.first_mark is None:
             self.first_mark = self.seq
+        self.step_start = self.seq
         for snap in self.snapshots:
             if snap.mark is None:
                 snap.mark = self.seq
