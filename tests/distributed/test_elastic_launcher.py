@@ -78,6 +78,39 @@ def test_an_error_exit_restarts_the_whole_job_it_would_recur_in_a_replacement(wr
     assert not any("join" in s for s in started)
 
 
+LEAVING = '''
+import json, os, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+name = f"{task['type']}-{task['index']}"
+out = sys.argv[1]
+grow = os.environ.get("DISTRIB_ELASTIC_GROW") == "1"
+with open(os.path.join(out, f"{name}-{'grow' if grow else 'start'}"), "w"):
+    pass
+if name == "worker-1" and not grow:  # leaves on purpose: what distrib.comm.elastic does before its exit 0
+    open(os.path.join(os.environ["DISTRIB_ELASTIC_LEFT_DIR"], f"left-{os.getpid()}"), "w").close()
+    sys.exit(0)
+if name == "worker-0":  # the job goes on until the rejoined worker ran
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "worker-1-grow")):  # poll
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.02)  # poll
+'''
+
+
+def test_a_worker_that_leaves_ends_nothing_and_rejoins(write_script, tmp_path):
+    script = write_script("leaving.py", LEAVING)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = launch(str(script), [str(out)], workers=3, elastic=True, rejoins=1, output="capture", timeout=90,
+                    grace_seconds=2)
+    assert result.returncode == 0, result.output
+    assert (result.replacements, result.restarts, result.failures) == (0, 0, [])
+    assert sorted(os.listdir(out)) == ["worker-0-start", "worker-1-grow", "worker-1-start", "worker-2-start"]
+    assert "worker 1 left the job (exit 0); starting it again to rejoin the running job" in result.output
+
+
 def test_the_cli_flag():
     assert parse_args(["launch", "--workers", "2", "--elastic", "--max-restarts", "3", "t.py"]).elastic
     assert not parse_args(["launch", "t.py"]).elastic
+    assert parse_args(["launch", "--elastic", "--rejoins", "2", "t.py"]).rejoins == 2

@@ -58,10 +58,15 @@ class ReplicaState:
         """Restore the weights and this replica's own generators and metric sums."""
         role = resolve_role(self._strategy, "ReplicaState")
         blobs = state["replicas"]
-        if len(blobs) != role.num_replicas_in_sync:
-            raise ValueError(f"the snapshot holds {len(blobs)} replicas, the job has {role.num_replicas_in_sync}")
-        mine = loads_state(bytes(blobs[role.replica_id].numpy().tobytes()),
-                           name=f"replica {role.replica_id}'s state in a survivor's snapshot")
+        if len(blobs) == role.num_replicas_in_sync:
+            mine = loads_state(bytes(blobs[role.replica_id].numpy().tobytes()),
+                               name=f"replica {role.replica_id}'s state in a survivor's snapshot")
+            self._model.load_state_dict({"module": state["module"], "optimizer": state["optimizer"],
+                                         "metrics": mine["metrics"], "metrics_aggregated": False})
+            apply_rng_state(mine["rng"])
+            return
+        # The job grew since the snapshot (elastic): this replica joins it. It had no share of the
+        # epoch's metric sums (they stay with the others: zeros here) and keeps its own generators.
+        first = loads_state(bytes(blobs[0].numpy().tobytes()), name="replica 0's state in a survivor's snapshot")
         self._model.load_state_dict({"module": state["module"], "optimizer": state["optimizer"],
-                                     "metrics": mine["metrics"], "metrics_aggregated": False})
-        apply_rng_state(mine["rng"])
+                                     "metrics": first["metrics"], "metrics_aggregated": True})

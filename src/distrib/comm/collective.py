@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -128,6 +128,18 @@ class Collective(abc.ABC):
 
     def step_boundary(self) -> None:
         """A training step starts (``strategy.run``); an elastic collective marks its log here."""
+
+    def step_end(self) -> None:
+        """A training step's replica function returned (``strategy.run``); an elastic collective resizes here."""
+
+    def apply_pending_resize(self) -> None:
+        """Before a step's input is read: an elastic collective applies a resize agreed at the last step's end."""
+
+    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        """Call ``listener(leaving)`` before workers leave (over the old membership); never for a fixed size."""
+
+    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        """Stop calling ``listener`` (see `add_resize_listener`)."""
 
     def shutdown(self) -> None:
         """Release connections; the collective is unusable afterwards."""

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
@@ -53,6 +53,7 @@ class HealthMonitor:
         self._store = dist.PrefixStore(namespace, store) if namespace else store
         self._last_value: Dict[int, int] = {}
         self._last_change: Dict[int, float] = {}
+        self._departed: Set[int] = set()
         self._stop = threading.Event()
         self._store_lost_since: Optional[float] = None
         self._last_contact = time.monotonic()
@@ -111,10 +112,21 @@ class HealthMonitor:
             return "is not responding (stopped or hung: its store accepts but does not answer)"
         return "is gone (its store refused or dropped the connection: it exited or was killed)"
 
+    def forget(self, ranks: "List[int]") -> None:
+        """Stop watching ``ranks``: they left the job on purpose (an elastic resize)."""
+        self._departed.update(ranks)
+
+    def remember(self, ranks: "List[int]") -> None:
+        """Watch ``ranks`` again: they joined the job (an elastic resize)."""
+        now = time.monotonic()
+        for r in ranks:
+            self._departed.discard(r)
+            self._last_change[r] = now
+
     def stale_peers(self, threshold: float) -> List[int]:
         now = time.monotonic()
         return [r for r, t in sorted(self._last_change.items())
-                if r != self.rank and now - t > threshold]
+                if r != self.rank and r not in self._departed and now - t > threshold]
 
     def _check_watchdog(self) -> None:
         stale = self.stale_peers(self.timeout)

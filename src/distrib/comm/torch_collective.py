@@ -216,7 +216,7 @@ class TorchCollective(Collective):
         try:
             if self._peer_lost:
                 raise ConnectionError("a peer is lost: nothing left to coordinate")
-            self._store.set(f"distrib/done/{self._rank}", "1")
+            self._store.set(f"distrib/done/{self._task_rank(self._rank)}", "1")
             if self._rank == 0 and self._monitor is not None:
                 self._wait_for_others_to_leave()
         except Exception:
@@ -235,9 +235,13 @@ class TorchCollective(Collective):
             self._monitor.release()
         gc.collect()
 
+    def _task_rank(self, rank: int) -> int:
+        """The rank ``rank`` had when the job started (what heartbeats and done flags are keyed by)."""
+        return rank
+
     def _wait_for_others_to_leave(self) -> None:
         deadline = time.monotonic() + self._timeout
-        others = set(range(1, self._world_size))
+        others = {self._task_rank(r) for r in range(1, self._world_size)}
         while others and time.monotonic() < deadline:
             others = {r for r in others if not self._store.check([f"distrib/done/{r}"])}
             others -= set(self._monitor.stale_peers(self._monitor.interval * 3))

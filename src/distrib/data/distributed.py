@@ -43,18 +43,22 @@ Example:
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from distrib.comm.elastic import elastic_enabled
 from distrib.data.adapters import as_distributable, as_local
 from distrib.data.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
 from distrib.data.input_context import InputContext, InputHost
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import Sharding, shard
+from distrib.data.sharding import Sharding, resharding_limit, shard
 from distrib.data.stream import IterContext, default_seed
 from distrib.utils.pending_restore import PendingRestore
+
+_log = logging.getLogger("distrib.data")
 
 __all__ = ["distribute_dataset", "distribute_from_function", "DistributedDataset", "DistributedIterator"]
 
@@ -118,6 +122,10 @@ class DistributedDataset:
 
     def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int]) -> None:
         self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed))
+        why = resharding_limit(sharding)
+        if why is not None and elastic_enabled() and strategy.input_placement().num_replicas_in_sync > 1:
+            _log.warning("distrib: this job is elastic but its input cannot be resharded if workers join or "
+                         "leave: %s; it can only lose and replace workers (see docs/elastic.md)", why)
         self._last: Optional[DistributedIterator] = None
         self._position: PendingRestore[dict] = PendingRestore()
 

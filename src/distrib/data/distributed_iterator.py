@@ -41,16 +41,17 @@ from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
 from distrib.data.dataset import Dataset
 from distrib.data.feeds import EMPTY, FEEDS, Feed
-from distrib.data.input_context import InputHost
+from distrib.data.input_context import InputHost, InputPlacement
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import Sharding
+from distrib.data.sharding import Sharding, resharding_limit
+from distrib.errors import DistribError
 from distrib.data.stream import IterContext
 from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, spec_from_json, spec_of,
                                     spec_to_json)
 
-__all__ = ["DistributedIterator", "DistributedSource", "Ending", "Phase", "STATE_VERSION", "check_version"]
+__all__ = ["DistributedIterator", "DistributedSource", "Ending", "InputReshardError", "Phase", "STATE_VERSION", "check_version"]
 
 _log = logging.getLogger("distrib.data")
 
@@ -63,6 +64,10 @@ def check_version(state: Any) -> None:
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise ValueError(f"not a distrib.data distributed-iterator state (version {STATE_VERSION}): "
                          f"{str(state)[:80]}")
+
+
+class InputReshardError(DistribError, ValueError):
+    """The job changed size but the input cannot be divided anew (per-worker data; see `resharding_limit`)."""
 
 
 class Ending(enum.Enum):
@@ -171,6 +176,10 @@ class DistributedIterator:
     def _next(self) -> Any:
         if self._phase is Phase.FINISHED:
             return None
+        self._collective.apply_pending_resize()  # elastic: workers agreed to leave after the last step
+        placement = self._source.host.input_placement()
+        if placement != self._placement:
+            self._reshard(placement)
         ending = self._ending
         if ending is Ending.FIXED and self._total != INFINITE and self._step >= self._total:
             return self._finish()
@@ -189,6 +198,16 @@ class DistributedIterator:
             value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
                                if isinstance(t, torch.Tensor) else t, value)
         return value
+
+    def _reshard(self, placement: InputPlacement) -> None:
+        """The job changed size (elastic): the same global batches, split among the new replicas."""
+        why = resharding_limit(self._source.sharding)
+        if why is not None:
+            raise InputReshardError(f"the job changed from {self._n} to {placement.num_replicas_in_sync} "
+                                    f"replicas but this input cannot be resharded: {why}")
+        self._placement = placement
+        self._n, self._r = placement.num_replicas_in_sync, placement.replica_id
+        self._feed.reshard(placement)
 
     def _padding(self) -> Any:
         if self._spec is None:

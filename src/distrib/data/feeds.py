@@ -70,6 +70,12 @@ class Feed:
         """The next step's items, one per local replica; None at the end."""
         raise NotImplementedError
 
+    def reshard(self, placement: InputPlacement) -> None:
+        """The job changed size: from the next step, take this replica's share under ``placement``."""
+        self._p = placement
+        self._n = placement.num_replicas_in_sync
+        self._local = placement.num_local_replicas
+
     def next(self) -> Any:
         """This replica's item of the next step (an element or `EMPTY`), None at the end."""
         group = self.next_group()

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from distrib.data.dataset import Dataset
 from distrib.data.options import AutoShardPolicy
 from distrib.data.sources import FilesDataset
 from distrib.data.stream import walk
 
-__all__ = ["Sharding", "shard", "resolve_policy", "shard_files", "file_sources"]
+__all__ = ["Sharding", "shard", "resolve_policy", "shard_files", "file_sources", "resharding_limit"]
 
 _log = logging.getLogger("distrib.data")
 
@@ -44,6 +44,24 @@ class Sharding(enum.Enum):
     def per_worker(self) -> bool:
         """True when workers read different streams (FILE, dataset functions)."""
         return self in (Sharding.FILE, Sharding.LOCAL)
+
+
+def resharding_limit(sharding: Sharding) -> Optional[str]:
+    """Why an input divided this way cannot follow a change in the number of workers (None: it can).
+
+    Only DATA sharding keeps the global batches when workers join or leave
+    (every worker reads the same global batches and takes a slice).
+    """
+    if sharding is Sharding.FILE:
+        return ("each worker reads its own files (FILE sharding: fewer files than workers, or "
+                "AutoShardPolicy.FILE), so a worker's examples leave with it")
+    if sharding is Sharding.OFF:
+        return ("every worker reads the whole dataset and its batches are per-worker batches "
+                "(AutoShardPolicy.OFF), so the global batch would change with the number of workers")
+    if sharding is Sharding.LOCAL:
+        return ("a dataset function gives each worker its own stream and fixes the per-replica batch, "
+                "so the global batch would change with the number of workers")
+    return None
 
 
 def shard(dataset: Dataset, num_workers: int, worker: int) -> Tuple[Dataset, Sharding]:

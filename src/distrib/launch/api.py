@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
@@ -72,6 +74,7 @@ def launch(
     node_rank: int = 0,
     master_port: int = 29500,
     elastic: bool = False,
+    rejoins: int = 0,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -117,7 +120,12 @@ def launch(
         elastic: a training task other than the chief that is killed by a
             signal is started again alone and catches up from the survivors
             (`distrib.comm.elastic`; sets ``DISTRIB_ELASTIC=1`` in every task);
-            each replacement uses one of ``max_restarts``.
+            each replacement uses one of ``max_restarts``. A task that leaves
+            the running job on purpose (`distrib.comm.elastic.request_leave`)
+            exits with 0: the others go on (docs/elastic.md).
+        rejoins: with ``elastic``, how many times a task that left the running
+            job is started again at once to rejoin it (it is admitted at a
+            step boundary and the global batch is split among more replicas).
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -135,10 +143,25 @@ def launch(
     _check_arguments(target, module, cwd, max_restarts, timeout)
     router = OutputRouter(output)
     base_env = _job_secret(_base_environment(router, env, verbose), plan)
+    left_dir = None
     if elastic:
         base_env["DISTRIB_ELASTIC"] = "1"
+        left_dir = tempfile.mkdtemp(prefix="distrib-elastic-")
+        base_env["DISTRIB_ELASTIC_LEFT_DIR"] = left_dir  # distrib.comm.elastic.membership.LEFT_DIR_ENV
+    elif rejoins:
+        raise ValueError("rejoins needs elastic=True (distrib launch --elastic)")
     job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
-               base_env, cwd, grace_seconds)
+               base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)))
+    try:
+        return _run_attempts(job, plan, host, router, timeout, max_restarts, elastic, grace_seconds)
+    finally:
+        if left_dir is not None:
+            shutil.rmtree(left_dir, ignore_errors=True)
+
+
+def _run_attempts(job: "_Job", plan: "_Plan", host: str, router: OutputRouter, timeout: Optional[float],
+                  max_restarts: int, elastic: bool, grace_seconds: float) -> LaunchResult:
+    """Start attempts until one succeeds, the restarts run out, time runs out or a signal arrives."""
     deadline = None if timeout is None else time.monotonic() + timeout
     report = LaunchReport(router, timeout)
     events: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
@@ -244,6 +267,8 @@ class _Job:
     base_env: Mapping[str, str]
     cwd: Optional[str]
     grace_seconds: float
+    left_dir: Optional[str] = None
+    rejoins: int = 0
 
 
 @dataclass(frozen=True)
@@ -281,7 +306,8 @@ def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
     report.log("starting " + ", ".join(
         f"{t.name} ({attempt.cluster[t.task_type][t.task_index]})" for t in attempt.tasks))
     return TaskGroup(launches, router=router, events=events, interrupts=interrupts,
-                     grace_seconds=job.grace_seconds, cwd=job.cwd, replacements=replacements)
+                     grace_seconds=job.grace_seconds, cwd=job.cwd, replacements=replacements,
+                     left_dir=job.left_dir, rejoins=job.rejoins)
 
 
 def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float,

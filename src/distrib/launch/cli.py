@@ -141,6 +141,7 @@ class LaunchOptions:
     node_rank: int = 0
     master_port: int = DEFAULT_MASTER_PORT
     elastic: bool = False
+    rejoins: int = 0
 
 
 def _count(text: str) -> int:
@@ -245,6 +246,9 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
     run.add_argument("--elastic", action="store_true",
                      help="replace a lost worker alone: the others keep their state and it catches up "
                           "from them (needs --max-restarts; see docs/elastic.md)")
+    run.add_argument("--rejoins", type=_count, default=0, metavar="N",
+                     help="with --elastic: start a worker that left the running job again, up to N times in "
+                          "all; it rejoins at a step boundary (default: 0)")
     run.add_argument("--host", default="127.0.0.1",
                      help="address to pick ports on and publish in TF_CONFIG (default: 127.0.0.1)")
     run.add_argument("--grace-seconds", type=_seconds, default=DEFAULT_GRACE_SECONDS, metavar="S",
@@ -301,7 +305,8 @@ def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         chief=ns.chief, ps=ns.ps, evaluator=ns.evaluator, max_restarts=ns.max_restarts,
         host=ns.host, grace_seconds=ns.grace_seconds,
         timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose,
-        hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port, elastic=ns.elastic)
+        hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port, elastic=ns.elastic,
+        rejoins=ns.rejoins)
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
@@ -320,7 +325,7 @@ def _run_launch(opts: LaunchOptions) -> int:
             evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
             host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
             verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
-            master_port=opts.master_port, elastic=opts.elastic)
+            master_port=opts.master_port, elastic=opts.elastic, rejoins=opts.rejoins)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:

@@ -14,6 +14,12 @@ that ends the attempt:
   finished too -> ``success``;
 * the deadline passes -> ``timeout``; the launcher gets a signal -> ``signal``.
 
+Elastic, resizing (``left_dir``): a task that leaves the running job on purpose
+(`distrib.comm.elastic.resize`) writes ``left-<pid>`` into ``left_dir`` before
+it exits with 0; that exit is neither the job's end nor a failure, and while
+``rejoins`` are left the task is started again at once with
+``DISTRIB_ELASTIC_GROW=1`` to rejoin the running job at a step boundary.
+
 Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
 other than the chief that is killed by a signal (SIGKILL, the OOM killer; not
 an error exit, which would recur) is started again alone, as a replacement
@@ -31,6 +37,7 @@ returncode)``; no polling.
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import signal
 import subprocess
@@ -103,8 +110,15 @@ class TaskGroup:
 
     def __init__(self, launches: Sequence[TaskLaunch], *, router: OutputRouter,
                  events: "queue.SimpleQueue[Any]", interrupts: InterruptState,
-                 grace_seconds: float, cwd: Optional[str] = None, replacements: int = 0) -> None:
+                 grace_seconds: float, cwd: Optional[str] = None, replacements: int = 0,
+                 left_dir: Optional[str] = None, rejoins: int = 0) -> None:
         self._tasks = [_Task(launch) for launch in launches]
+        #: Elastic: where a task that leaves the job on purpose writes ``left-<pid>`` before its exit 0.
+        self._left_dir = left_dir
+        #: Elastic: how many more times a task that left may be started again to rejoin the running job.
+        self.rejoins_left = rejoins
+        #: One line per task that left the running job, e.g. ``"worker 2 left the job"``.
+        self.left: List[str] = []
         #: Elastic replacements still allowed (each replaces one lost task, the others keep running).
         self.replacements_left = replacements
         #: One line per replacement started, e.g. ``"worker 2 killed by SIGKILL"``.
@@ -134,8 +148,12 @@ class TaskGroup:
         while True:
             if self._interrupts.signum is not None:
                 return Outcome("signal", signum=self._interrupts.signum)
-            for index in self._exit_order:
+            for index in list(self._exit_order):
                 task = self._tasks[index]
+                if task.returncode == 0 and not task.stopped and index not in self._tolerated and self._has_left(task):
+                    self._tolerated.add(index)
+                    self._rejoin(index)
+                    continue
                 if task.stopped or task.returncode == 0 or index in self._tolerated:
                     continue
                 if task.launch.spec.task_type == "evaluator":
@@ -240,6 +258,32 @@ class TaskGroup:
         self._exit_order = [i for i in self._exit_order if i != index]
         self._start_one(index, self._tasks[index])
         return True
+
+    def _has_left(self, task: _Task) -> bool:
+        """The task left the running job on purpose (elastic), so its exit 0 ends nothing."""
+        return (self._left_dir is not None and task.proc is not None
+                and os.path.exists(os.path.join(self._left_dir, f"left-{task.proc.pid}")))
+
+    def _rejoin(self, index: int) -> None:
+        """A task left the running job: note it, and start it again to rejoin while rejoins are left."""
+        task = self._tasks[index]
+        spec = task.launch.spec
+        self.left.append(f"{spec.name} left the job")
+        if self.rejoins_left <= 0 or not any(t.running for t in self._tasks if t.launch.spec.is_training):
+            self._router.launcher_line(f"distrib launch: {spec.name} left the job (exit 0); the other tasks go on "
+                                       f"without it (elastic)")
+            return
+        self.rejoins_left -= 1
+        self._router.launcher_line(f"distrib launch: {spec.name} left the job (exit 0); starting it again to "
+                                   f"rejoin the running job (elastic; {self.rejoins_left} rejoin"
+                                   f"{'s' if self.rejoins_left != 1 else ''} left)")
+        env = dict(task.launch.env)
+        env.pop("DISTRIB_ELASTIC_JOIN", None)
+        env["DISTRIB_ELASTIC_GROW"] = "1"  # distrib.comm.elastic.resize.GROW_ENV
+        self._tasks[index] = _Task(TaskLaunch(spec, task.launch.command, env))
+        self._exit_order = [i for i in self._exit_order if i != index]
+        self._tolerated.discard(index)
+        self._start_one(index, self._tasks[index])
 
     def _chief_index(self) -> Optional[int]:
         """The chief's index in this group, None when it runs on another node."""

@@ -184,7 +184,9 @@ class ReplicatedStrategy(Strategy):
         args = map_structure(self._to_device, tuple(args))
         kwargs = map_structure(self._to_device, dict(kwargs or {}))
         with context.replica_context(self):
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        self._collective.step_end()  # elastic: workers may leave the job here (an agreed step boundary)
+        return result
 
     def _to_device(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device != self._device:

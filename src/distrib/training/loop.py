@@ -250,8 +250,16 @@ class TrainingLoop:
                 x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                 sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                 validation_split=validation_split, validation_steps=validation_steps)
-            return run_fit(self, executor, train, validation, epochs=epochs, initial_epoch=initial_epoch,
-                           validation_freq=validation_freq, callbacks=callbacks, verbose=verbose)
+            collective = self.strategy.collective
+            collective.add_resize_listener(self._fold_metrics)  # elastic: leavers' metric sums stay in the job
+            try:
+                return run_fit(self, executor, train, validation, epochs=epochs, initial_epoch=initial_epoch,
+                               validation_freq=validation_freq, callbacks=callbacks, verbose=verbose)
+            finally:
+                collective.remove_resize_listener(self._fold_metrics)
+
+    def _fold_metrics(self, leaving: List[bool]) -> None:
+        model_state.fold_metrics(self)
 
     def local_stop(self) -> bool:
         """No user code runs during the epoch: ``stop_training`` is the same on every worker."""

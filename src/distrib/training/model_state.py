@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
     from distrib.training.loop_host import LoopHost
 
-__all__ = ["model_state_dict", "load_model_state", "apply_metric_state", "get_weights", "set_weights"]
+__all__ = ["model_state_dict", "load_model_state", "fold_metrics", "apply_metric_state", "get_weights", "set_weights"]
 
 
 def _metric_state(metric: Any, strategy: "Strategy", aggregate: bool) -> Any:
@@ -63,6 +63,19 @@ def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[
         "metrics": metrics,
         "metrics_aggregated": bool(aggregate_metrics and strategy.num_replicas_in_sync > 1),
     }
+
+
+def fold_metrics(loop: "LoopHost") -> None:
+    """Move every replica's metric sums onto replica 0, zeros elsewhere (a collective; the logs do not change).
+
+    Called before workers leave an elastic job, so their share of the
+    epoch's metrics stays in the job.
+    """
+    strategy = loop.strategy
+    metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=True)}
+    for _, name, metric in (loop.compiled_metrics.entries if loop.compiled_metrics else []):
+        metrics[name] = _metric_state(metric, strategy, True)
+    apply_metric_state(loop, {"metrics": metrics, "aggregated": strategy.num_replicas_in_sync > 1})
 
 
 def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:

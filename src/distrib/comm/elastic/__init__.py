@@ -8,7 +8,10 @@ in-memory snapshots (each `BackupAndRestore` step, each
 collective, the launcher starts only the lost task again, and that
 replacement re-executes from a survivor's snapshot with every collective
 answered from the survivor's log until it stands where the survivors wait.
-The final weights are those of a run that never failed. See
+The final weights are those of a run that never failed. A task may also
+leave a running job at an agreed step boundary (`request_leave`,
+`distrib.comm.elastic.resize`): the others go on with the same global
+batches, split among fewer replicas. See
 ``docs/elastic.md``, `distrib.comm.elastic.collective` and `distrib.comm.elastic.recovery`.
 
 Example:
@@ -22,7 +25,9 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-__all__ = ["ELASTIC_ENV", "elastic_enabled"]
+from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave
+
+__all__ = ["ELASTIC_ENV", "elastic_enabled", "request_leave", "leave_requested", "leave_on_signal"]
 
 #: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
 ELASTIC_ENV = "DISTRIB_ELASTIC"

@@ -39,6 +39,8 @@ from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
+from distrib.comm.elastic.membership import Membership
+from distrib.comm.elastic.resize import GROW_ENV
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
@@ -49,7 +51,7 @@ JOIN_ENV = "DISTRIB_ELASTIC_JOIN"
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 
 
-class ElasticCollective(TorchCollective):
+class ElasticCollective(Membership, TorchCollective):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
     log: OpLog
@@ -62,10 +64,13 @@ class ElasticCollective(TorchCollective):
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
         if os.environ.get(JOIN_ENV) == "1":
             return cls._join(resolver, options, device)
+        if os.environ.get(GROW_ENV) == "1":
+            return cls._grow_join(resolver, options, device, _connect)
         collective = super().connect(resolver, options, device)
         assert isinstance(collective, ElasticCollective)
         collective.log = OpLog()
         collective._backend = options.backend_for(device)
+        collective._max_world = resolver.world_size
         return collective
 
     # ---------------------------------------------------------- snapshots
@@ -84,6 +89,7 @@ class ElasticCollective(TorchCollective):
         return data
 
     def step_boundary(self) -> None:
+        self.apply_pending_resize()
         if self._replay is not None:
             self._replay.step_started(self.log)
         self.log.mark_step()
@@ -174,6 +180,10 @@ class ElasticCollective(TorchCollective):
     # ----------------------------------------------------------- recovery
     def _recover(self, why: str) -> None:
         me = self._describe(self._rank)
+        if self._tasks is not None:
+            raise ElasticRecoveryError(
+                f"{me}: {why}; elastic recovery after the job was resized is not supported: the job "
+                f"restarts from its last checkpoint")
         start = time.monotonic()
         deadline = start + self._timeout
         gen = self._gen
@@ -252,7 +262,9 @@ class ElasticCollective(TorchCollective):
         return collective
 
 
-_HERE = (os.path.join("distrib", "comm", "elastic", "collective.py"), os.path.join("distrib", "comm", "collective.py"))
+_HERE = tuple(os.path.join("distrib", "comm", *parts) for parts in (("elastic", "collective.py"), ("collective.py",),
+                                                                    ("elastic", "membership.py"),
+                                                                    ("elastic", "resize.py")))
 
 
 def _call_site(depth: int = 4) -> str:

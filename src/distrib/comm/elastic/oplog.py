@@ -65,6 +65,7 @@ class OpLog:
     def __init__(self) -> None:
         self.seq = 0
         self.first_mark: Optional[int] = None
+        self.step_start: Optional[int] = None  # the seq the current step started at
         self.startup: List[Entry] = []
         self.entries: List[Entry] = []
         self.snapshots: List[Snapshot] = []
@@ -79,6 +80,7 @@ class OpLog:
         """A step starts now: the first one ends the startup log; open snapshots get their mark."""
         if self.first_mark is None:
             self.first_mark = self.seq
+        self.step_start = self.seq
         for snap in self.snapshots:
             if snap.mark is None:
                 snap.mark = self.seq
@@ -89,6 +91,17 @@ class OpLog:
         del self.snapshots[:-_KEEP_SNAPSHOTS]
         oldest = self.snapshots[0].seq
         self.entries = [e for e in self.entries if e.seq >= oldest]
+
+    def close_snapshots(self) -> None:
+        """The job changes size at this step boundary: the snapshots without a mark get this seq as theirs."""
+        for snap in self.snapshots:
+            if snap.mark is None:
+                snap.mark = self.seq
+
+    def forget_before_resize(self) -> None:
+        """The job changed size: no snapshot or result from before can restore a replica of the new one."""
+        self.snapshots = []
+        self.entries = []
 
     def catch_up_snapshot(self, until: int) -> Optional[Snapshot]:
         """The newest snapshot a replacement can restore and replay to ``until`` from (its mark <= ``until``)."""

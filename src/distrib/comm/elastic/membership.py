@@ -1,0 +1,215 @@
+"""`Membership`: the part of `ElasticCollective` that changes who is in a running job.
+
+At each step's end (`step_end`, called by ``strategy.run``) the members vote
+once (`distrib.comm.elastic.resize.membership_votes`): who leaves, and which
+waiting joiners the chief admits. Nothing changes until the next step reads
+its input or starts (`apply_pending_resize`), so the program's own use of the
+step's results still has every replica. Then leavers exit with status 0, and
+the others (with any joiners) build the next generation's process groups,
+ranked in task order; a joiner receives the chief's newest snapshot and log
+and catches up as a replacement does.
+
+Ranks are dense (``0..world-1``) in the groups; heartbeats, done flags and
+names stay keyed by each task's rank in the cluster (its *task*), which
+``_tasks`` maps to.
+
+Example (3 workers; worker 1 leaves after step 10, comes back and is admitted after step 13)::
+
+    step 10's vote: leave [1]   -> generation 1: tasks [0, 2], ranks 0 and 1
+    step 13's vote: join [1]    -> generation 2: tasks [0, 1, 2]; worker 1 catches up from worker 0
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from distrib import hooks
+from distrib.comm.attempt import attempt_namespace
+from distrib.comm.collective import ReduceOp
+from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
+from distrib.comm.elastic.recovery import ElasticRecoveryError, broadcast_payload, rebuild_groups
+from distrib.comm.elastic.resize import (admit, leave_requested, membership_votes, next_members, post_join_request,
+                                         wait_for_admission, waiting_joiners)
+from distrib.comm.health import HealthMonitor
+
+__all__ = ["Membership", "LEFT_DIR_ENV"]
+
+log = logging.getLogger("distrib.elastic")
+
+#: Where ``distrib launch --elastic`` learns that a task left on purpose: it writes ``left-<pid>`` there.
+LEFT_DIR_ENV = "DISTRIB_ELASTIC_LEFT_DIR"
+
+
+class Membership:
+    """Mixed into `ElasticCollective` (which provides the groups, store, log and naming)."""
+
+    _tasks: Optional[List[int]] = None  # after a resize: the task of each rank
+    _max_world = 0  # tasks in the cluster (the most workers the job can have)
+    _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
+    _chief_refused = False
+    _pending: Optional[tuple] = None  # (leave, join) agreed at the last step's end, applied before the next
+    _admitted: Optional[Dict[int, int]] = None  # the chief: each task's last admitted request number
+    _describe_task: Optional[Callable[[int], str]] = None  # names by task, once ranks were renumbered
+
+    # ------------------------------------------------------------ the vote
+    def step_end(self) -> None:
+        """Agree who leaves and who joins after this step (one small all-reduce)."""
+        admit_now = self._joiners_to_admit() if self._rank == 0 else []
+        leave, join = membership_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM),
+                                       self._task_rank(self._rank), self._max_world or self._world_size,
+                                       admit=admit_now)
+        if self._rank == 0 and leave_requested() and not self._chief_refused:
+            self._chief_refused = True
+            log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
+                        "it stays", self._describe(0))
+        if leave or join:
+            self._pending = (leave, join)
+
+    def _joiners_to_admit(self) -> List[int]:
+        snaps = self.log.snapshots
+        if not snaps or snaps[-1].mark != self.log.step_start or self._replay is not None:
+            # A joiner starts from the snapshot kept just before this step (every training step of
+            # fit, the first step after a custom loop's save()): not during fit's validation, and
+            # not before a snapshot since the last resize.
+            return []
+        return self._waiting()
+
+    def _waiting(self) -> List[int]:
+        members = {self._task_rank(r) for r in range(self._world_size)}
+        absent = [t for t in range(1, self._max_world) if t not in members]
+        if not absent:
+            return []
+        if self._admitted is None:
+            self._admitted = {}
+        return waiting_joiners(self._store, absent, self._admitted)
+
+    def joiners_waiting(self) -> List[int]:
+        """On the chief: the tasks asking to join, to be admitted at a coming step's end (reads the store)."""
+        return self._waiting() if self._rank == 0 else []
+
+    def apply_pending_resize(self) -> None:
+        """Apply the membership change the last step's vote agreed (leavers exit here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._resize(*pending)
+
+    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        """Call ``listener(leaving)`` (per current rank) on every member, over the old groups, before workers leave."""
+        if self._resize_listeners is None:
+            self._resize_listeners = []
+        self._resize_listeners.append(listener)
+
+    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        if self._resize_listeners and listener in self._resize_listeners:
+            self._resize_listeners.remove(listener)
+
+    def _task_rank(self, rank: int) -> int:
+        return rank if self._tasks is None else self._tasks[rank]
+
+    # ------------------------------------------------------------ changing
+    def _resize(self, leave: List[int], join: List[int]) -> None:
+        me = self._describe(self._rank)
+        old = [self._task_rank(r) for r in range(self._world_size)]
+        if leave:
+            flags = [t in leave for t in old]
+            for listener in list(self._resize_listeners or ()):
+                listener(flags)
+        tasks = next_members(old, leave, join)
+        task_describe = self._task_describe()
+        if self._task_rank(self._rank) in leave:
+            log.warning("distrib: %s leaves the job after this step (it asked to); %d worker%s go on with "
+                        "the same global batch", me, len(tasks), "" if len(tasks) == 1 else "s")
+            self._leave()
+        start = time.monotonic()
+        gen = self._gen + 1
+        rank = tasks.index(self._task_rank(self._rank))
+        if rank == 0:
+            assert self._admitted is not None or not join
+            for t in join:
+                self._admitted[t] = self._admitted.get(t, 0) + 1
+                admit(self._store, t, self._admitted[t], gen, tasks)
+        self._group, self._control = rebuild_groups(self._store, gen, rank, len(tasks), self._backend,
+                                                    self._timeout)
+        if join:  # the chief sends the joiners its newest snapshot and the log since (the members ignore it)
+            self.log.close_snapshots()
+            data = encode_payload(self.log, self.log.seq, self.log.seq, True) if rank == 0 else b""
+            broadcast_payload(data, 0, rank, self._control)
+        if self._monitor is not None:
+            self._monitor.forget(leave)
+            self._monitor.remember(join)
+        self._set_members(tasks, rank, gen, task_describe)
+        self.log.forget_before_resize()
+        names = [f"{task_describe(t)} left" for t in leave] + [f"{task_describe(t)} joined" for t in join]
+        log.warning("distrib: %s: %s; the job goes on with %d workers (was %d) from the next step (generation "
+                    "%d formed in %.2fs; now replica %d; each global batch is split %d ways)", me, ", ".join(names),
+                    len(tasks), len(old), gen, time.monotonic() - start, rank, len(tasks))
+
+    def _task_describe(self) -> Callable[[int], str]:
+        """Names by task (the resolver's), whatever the current ranks are."""
+        return self._describe_task if self._describe_task is not None else self._describe
+
+    def _set_members(self, tasks: List[int], rank: int, gen: int, task_describe: Callable[[int], str]) -> None:
+        self._describe_task = task_describe
+        self._describe = lambda r: task_describe(tasks[r]) if 0 <= r < len(tasks) else f"replica {r}"
+        self._tasks, self._rank, self._world_size, self._gen = tasks, rank, len(tasks), gen
+
+    def _leave(self) -> None:
+        """Exit this process with status 0 now (the job goes on without it); tell the launcher first."""
+        where = os.environ.get(LEFT_DIR_ENV)
+        if where:
+            try:
+                with open(os.path.join(where, f"left-{os.getpid()}"), "w"):
+                    pass
+            except OSError:
+                pass
+        self.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    # ------------------------------------------------------------- joining
+    @classmethod
+    def _grow_join(cls, resolver: Any, options: Any, device: torch.device, connect: Callable[..., Any]) -> Any:
+        """A joiner's connect: ask the running job to admit this task, then catch up from the chief."""
+        host, port = resolver.rendezvous_address
+        task, world, describe = resolver.rank, resolver.world_size, resolver.describe
+        timeout = options.timeout
+        start = time.monotonic()
+        raw_store = connect(host, port, world, start + timeout, describe(task))
+        raw_store.set_timeout(timedelta(seconds=timeout))
+        store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
+        monitor = HealthMonitor(host, port, task, world, timeout, describe, namespace=attempt_namespace())
+        number = post_join_request(store, task)
+        log.warning("distrib: %s asks to join the running job", describe(task))
+        gen, tasks = wait_for_admission(store, task, number, start + 4 * timeout, describe(task))
+        rank = tasks.index(task)
+        collective = cls(rank, len(tasks), None, None, monitor, describe, timeout, store)
+        collective._raw_store = raw_store
+        collective.log = OpLog()
+        collective._backend = options.backend_for(device)
+        collective._max_world = world
+        hooks.at_exit(collective.shutdown)
+        collective._group, collective._control = rebuild_groups(store, gen, rank, len(tasks), collective._backend,
+                                                                timeout)
+        payload = decode_payload(broadcast_payload(b"", 0, rank, collective._control))
+        if payload["error"]:
+            raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
+        collective._set_members(tasks, rank, gen, describe)
+        monitor.forget([t for t in range(world) if t not in tasks])
+        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
+                                    payload["snap_seq"])
+        collective._snapshot = payload["snapshot"]
+        collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        log.warning("distrib: %s joined the running job (generation %d, replica %d of %d) in %.2fs; catching up "
+                    "to collective #%d from a %d-byte snapshot", describe(task), gen, rank, len(tasks),
+                    time.monotonic() - start, payload["until"], len(payload["snapshot"]))
+        return collective

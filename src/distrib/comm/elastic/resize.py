@@ -1,0 +1,154 @@
+"""Leaving a running job at an agreed step boundary: the job shrinks, the global batch stays.
+
+A task asks to leave with `request_leave` (from anywhere, a signal handler
+included: it only sets a flag; `leave_on_signal` installs such a handler,
+e.g. for a preemption notice). The flag is never acted on where it is read:
+at the end of every ``strategy.run`` each elastic task contributes its own
+flag to one small all-reduce (`membership_votes`), so every task learns the same
+set of leavers after the same step. Then the leavers exit with status 0 and
+the others rebuild their process groups among themselves
+(`distrib.comm.elastic.collective`), renumbered densely in their old order.
+
+Nothing about the data changes but each replica's share: every worker reads
+the same global batches (DATA sharding), and from the next step each of the
+``M`` remaining replicas takes its slice of the same global batch
+(`distrib.data.batch_split.split_bounds` over ``M``). Losses are divided by
+the global batch size and gradients summed, so the update is the one the
+fixed-size job makes (to float summation order).
+
+Example (3 workers, global batch 6; worker 1 calls ``request_leave()`` in step 4)::
+
+    end of step 4: votes [0, 1, 0] -> worker 1 exits 0; workers 0 and 2 become replicas 0 and 1
+    step 5 on: replica 0 takes rows 0..2 of each global batch, replica 1 rows 3..5
+
+    >>> next_members([0, 1, 2], leave=[1], join=[])
+    [0, 2]
+
+Joining (growing) goes the other way: a task started with
+``DISTRIB_ELASTIC_GROW=1`` posts a request in the job's store and waits; the
+chief admits waiting joiners in a step's vote (a joiner's entry is -1), so
+every member learns the same joiners after the same step; before the next
+step the members and the joiners build the next generation's groups (ranks
+in task order) and the chief sends the joiner its newest snapshot and log,
+from which it catches up as a replacement does
+(`distrib.comm.elastic.oplog`). Then every global batch is split among more
+replicas.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from distrib import hooks
+from distrib.comm.errors import DistribCommError
+
+__all__ = ["request_leave", "leave_requested", "leave_on_signal", "membership_votes", "next_members",
+           "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "GROW_ENV"]
+
+#: Set (to ``1``) in a task that joins a running elastic job (``distrib launch --elastic`` sets it when a
+#: worker that left is started again).
+GROW_ENV = "DISTRIB_ELASTIC_GROW"
+
+_LEAVE = threading.Event()
+
+
+def request_leave() -> None:
+    """Ask this task to leave the job after the current (or next) step; the others go on.
+
+    Only sets a flag (safe in a signal handler). Every task learns the
+    decision at the same step end, through a collective; this task then exits
+    with status 0 from inside ``strategy.run`` (its program does not go on).
+    The chief (replica 0, which hosts the job's store) cannot leave: its
+    request is refused with a warning.
+    """
+    _LEAVE.set()
+
+
+def leave_requested() -> bool:
+    """Whether `request_leave` was called in this process."""
+    return _LEAVE.is_set()
+
+
+def leave_on_signal(signum: int = signal.SIGTERM) -> Callable[..., Any]:
+    """Make ``signum`` a leave request (a preemption notice); returns the previous handler.
+
+    Example (a task that gets SIGTERM shortly before its machine goes away):
+        >>> distrib.comm.elastic.leave_on_signal(signal.SIGTERM)
+    """
+    return hooks.install_signal_handler(signum, lambda *_: request_leave())
+
+
+def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: int, tasks: int,
+                     wants: Optional[bool] = None, admit: Sequence[int] = ()) -> Tuple[List[int], List[int]]:
+    """``(tasks that leave, tasks that join)`` after this step, the same on every rank (one all-reduce).
+
+    One entry per task of the cluster (``tasks``, its size at the start, the
+    most workers it can have): a task that wants to leave adds 1 at its own
+    entry (the chief, ``task`` 0, never does); the chief adds -1 at each
+    task it admits (``admit``: joiners waiting in the store).
+    """
+    flags = torch.zeros(tasks, dtype=torch.float64)
+    if (leave_requested() if wants is None else wants) and task != 0:
+        flags[task] = 1.0
+    for t in admit:
+        flags[t] = -1.0
+    summed = all_reduce(flags).tolist()
+    return [t for t, v in enumerate(summed) if v > 0], [t for t, v in enumerate(summed) if v < 0]
+
+
+def next_members(members: Sequence[int], leave: Sequence[int], join: Sequence[int]) -> List[int]:
+    """The tasks of the next generation in rank order: new rank ``i`` is task ``next_members(...)[i]``.
+
+    Example:
+        >>> next_members([0, 1, 2], leave=[1], join=[])
+        [0, 2]
+        >>> next_members([0, 2], leave=[], join=[1])
+        [0, 1, 2]
+    """
+    return sorted((set(members) - set(leave)) | set(join))
+
+
+# -------------------------------------------------------- joins (the store)
+# A joiner posts ``grow/request/<task>/<n>`` (n: its request number for that
+# task, from ``grow/count/<task>``); the chief admits it in a step's vote and
+# answers ``grow/admit/<task>/<n>`` = {"gen": ..., "tasks": [...]}.
+
+def _es(store: Any) -> Any:
+    return torch.distributed.PrefixStore("distrib/elastic", store)
+
+
+def post_join_request(store: Any, task: int) -> int:
+    """A joiner asks to join; returns its request number."""
+    es = _es(store)
+    n = int(es.add(f"grow/count/{task}", 1))
+    es.set(f"grow/request/{task}/{n}", "1")
+    return n
+
+
+def waiting_joiners(store: Any, absent: Sequence[int], admitted: Dict[int, int]) -> List[int]:
+    """The absent tasks with a join request not admitted yet (the chief asks, once per step)."""
+    es = _es(store)
+    return [t for t in absent if es.check([f"grow/request/{t}/{admitted.get(t, 0) + 1}"])]
+
+
+def admit(store: Any, task: int, number: int, gen: int, members: Sequence[int]) -> None:
+    """The chief tells joiner ``task`` (request ``number``) which generation it joins and its members."""
+    _es(store).set(f"grow/admit/{task}/{number}", json.dumps({"gen": int(gen), "tasks": [int(t) for t in members]}))
+
+
+def wait_for_admission(store: Any, task: int, number: int, deadline: float, who: str) -> Tuple[int, List[int]]:
+    """A joiner waits until the chief admits it at a step boundary; returns ``(generation, members)``."""
+    es = _es(store)
+    key = f"grow/admit/{task}/{number}"
+    while not es.check([key]):
+        if time.monotonic() >= deadline:
+            raise DistribCommError(f"elastic join: {who} was not admitted to the running job in time (the job "
+                                   f"admits at a step's end, once it holds a snapshot)")
+        time.sleep(0.05)  # poll: the store has no wait primitive for a key another task sets
+    value = json.loads(es.get(key).decode())
+    return int(value["gen"]), [int(t) for t in value["tasks"]]

@@ -1,0 +1,193 @@
+"""Resizing a running elastic job: a worker leaves at an agreed step, the others go on, the result is unchanged.
+
+3 real workers under ``distrib launch --elastic``; one calls
+``distrib.comm.elastic.request_leave()`` during a step. Every worker learns it
+at that step's end (one agreed vote), the leaver exits 0, the other two
+rebuild their groups and split the *same* global batches two ways. Their final
+weights (and, under ``fit``, the logged history) must equal those of a run
+that kept 3 workers throughout, to float tolerance (summation order differs).
+"""
+import json
+import os
+
+import pytest
+import torch
+
+from distrib.checkpoint.format import load_state
+from distrib.launch import launch
+from distrib.launch.result import LaunchTimeoutError
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+WORKERS = 3
+
+COMMON = '''
+import json, os, sys
+import numpy as np
+import torch
+import distrib
+from distrib.checkpoint import save_state
+from distrib.comm.elastic import request_leave
+
+out_dir, leaver, leave_step, wait_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(1)
+strategy = distrib.MultiWorkerMirroredStrategy()
+task = strategy.cluster_resolver.task_id  # the replica id changes when a worker before this one leaves
+
+
+def wait_for_joiner():
+    import time
+    deadline = time.monotonic() + 120
+    # poll: the joiner's Python and torch start-up takes seconds (it may have been admitted already)
+    while strategy.num_replicas_in_sync < 3 and not strategy.collective.joiners_waiting():
+        assert time.monotonic() < deadline, "no worker asked to rejoin"
+        time.sleep(0.05)
+
+
+def finish(module, extra=None):
+    save_state(module.state_dict(), os.path.join(out_dir, f"final-{task}.safetensors"))
+    with open(os.path.join(out_dir, f"extra-{task}.json"), "w") as f:
+        json.dump({"replicas": strategy.num_replicas_in_sync, "extra": extra}, f)
+'''
+
+FIT_SCRIPT = COMMON + '''
+from distrib.callbacks.backup_and_restore import BackupAndRestore
+from distrib.callbacks.callback import Callback
+
+with strategy.scope():
+    torch.manual_seed(0)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+
+
+class Leave(Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if task == leaver and model.train_loop_state.global_step == leave_step:
+            request_leave()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if task == 0 and model.train_loop_state.global_step == wait_step:  # the rejoin comes before training ends
+            wait_for_joiner()
+
+
+rs = np.random.RandomState(0)
+x = rs.randn(3 * 8 * 8, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+history = model.fit(x, y, batch_size=24, epochs=3, shuffle=True, verbose=0, validation_data=(x[:48], y[:48]),
+                    callbacks=[BackupAndRestore(os.path.join(out_dir, "backup"), save_freq=5), Leave()])
+finish(model.module, history.history)
+'''
+
+CTL_SCRIPT = COMMON + '''
+EPOCHS, STEPS, GB = 2, 6, 24
+rs = np.random.RandomState(0)
+x = rs.randn(GB * STEPS, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+with strategy.scope():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    dataset = strategy.experimental_distribute_dataset(
+        distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(GB * STEPS, seed=1).batch(GB).repeat())
+    iterator = iter(dataset)
+
+
+def step_fn(inputs):
+    xb, yb = inputs
+    loss = distrib.nn.compute_average_loss(((model(xb) - yb) ** 2).mean(dim=1))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+losses = []
+for step in range(EPOCHS * STEPS):
+    if task == leaver and step == leave_step:
+        request_leave()
+    loss = strategy.reduce(distrib.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
+    losses.append(float(loss))
+finish(model, losses)
+'''
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resize")
+    paths = {}
+    for name, text in (("fit", FIT_SCRIPT), ("ctl", CTL_SCRIPT)):
+        paths[name] = root / f"resize_{name}.py"
+        paths[name].write_text(text.lstrip("\n"), encoding="utf-8")
+    return paths
+
+
+def _run(script, out, leaver=-1, step=-1, wait_step=-1):
+    out.mkdir()
+    rejoin = wait_step >= 0
+    try:
+        result = launch(str(script), [str(out), leaver, step, wait_step], workers=WORKERS, elastic=True,
+                        max_restarts=1, rejoins=1 if rejoin else 0, output="capture", timeout=400,
+                        grace_seconds=5)
+    except LaunchTimeoutError as exc:
+        pytest.fail(f"the job did not end in time:\n{(exc.result.output or '')[-8000:]}")
+    assert result.returncode == 0, result.output[-6000:]
+    assert (result.replacements, result.restarts) == (0, 0), result.output[-4000:]
+    tasks = [t for t in range(WORKERS) if t != leaver or rejoin]
+    finals = {t: load_state(str(out / f"final-{t}.safetensors")) for t in tasks}
+    extras = {t: json.loads((out / f"extra-{t}.json").read_text()) for t in tasks}
+    return result, finals, extras
+
+
+def _close(a, b):
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a)
+
+
+@pytest.fixture(scope="module")
+def reference(scripts, tmp_path_factory):
+    """Runs that keep 3 workers throughout."""
+    refs = {}
+    for name in ("fit", "ctl"):
+        out = tmp_path_factory.mktemp(f"fixed-{name}") / "out"
+        _, finals, extras = _run(scripts[name], out)
+        refs[name] = (finals[0], extras[0]["extra"])
+    return refs
+
+
+@pytest.mark.parametrize("name,leaver,step", [("fit", 1, 10), ("ctl", 2, 4)])
+def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path, name,
+                                                                        leaver, step):
+    result, finals, extras = _run(scripts[name], tmp_path / "out", leaver, step)
+    assert not (tmp_path / "out" / f"final-{leaver}.safetensors").exists(), "the leaver went on after its step"
+    assert f"worker {leaver}" in result.output and "left; the job goes on with 2 workers (was 3)" in result.output
+    assert f"distrib launch: worker {leaver} left the job (exit 0)" in result.output
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 2
+        assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
+    if name == "fit":
+        history, fixed = extras[0]["extra"], reference[name][1]
+        assert history.keys() == fixed.keys()
+        for key in fixed:
+            assert history[key] == pytest.approx(fixed[key], rel=1e-5), key
+    else:
+        assert extras[0]["extra"] == pytest.approx(reference[name][1], rel=1e-5)
+
+
+def test_a_worker_leaving_and_rejoining_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path):
+    """3 -> 2 -> 3: worker 1 leaves after step 6; the launcher starts it again; it is admitted by step 11.
+
+    The step it is admitted at depends on how fast it starts; the result must not.
+    """
+    result, finals, extras = _run(scripts["fit"], tmp_path / "out", 1, 6, wait_step=10)
+    assert "worker 1 (" in result.output and "left; the job goes on with 2 workers (was 3)" in result.output
+    assert "joined; the job goes on with 3 workers (was 2)" in result.output, result.output[-4000:]
+    assert "starting it again to rejoin the running job" in result.output
+    assert sorted(finals) == [0, 1, 2]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 3
+        assert _close(weights, reference["fit"][0]), f"worker {task}'s weights differ from the fixed-size run"
+    fixed = reference["fit"][1]
+    for key in fixed:
+        assert extras[0]["extra"][key] == pytest.approx(fixed[key], rel=1e-5), key
+        # the rejoined worker's History holds the epochs it ended; its logs are the job's (global) ones
+        joined = extras[1]["extra"][key]
+        assert joined and joined == pytest.approx(fixed[key][-len(joined):], rel=1e-5), key
