@@ -41,7 +41,7 @@ def wait_for_joiner():
     # poll: the joiner's Python and torch start-up takes seconds (it may have been admitted already)
     while strategy.num_replicas_in_sync < 3 and not strategy.collective.joiners_waiting():
         assert time.monotonic() < deadline, "no worker asked to rejoin"
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll
 
 
 def finish(module, extra=None):
