@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Tuple
@@ -111,7 +112,9 @@ def rebuild_groups(store: Any, gen: int, rank: int, world: int, backend: str, ti
             pass
     pg_timeout = timedelta(seconds=timeout)
     pg_store = dist.PrefixStore(f"g{gen}/pg", _store(store))
+    hook = sys.excepthook
     dist.init_process_group(backend, store=pg_store, rank=rank, world_size=world, timeout=pg_timeout)
+    sys.excepthook = hook  # torch wraps it in one more "[rank<N>]:" prefixer per generation: keep the task's own
     return dist.group.WORLD, dist.new_group(backend="gloo", timeout=pg_timeout)
 
 
