@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
+import torch
 
 from distrib.checkpoint.format import load_state
 from distrib.testing.netns import NamespaceHosts, namespaces_available
@@ -89,3 +91,95 @@ def test_a_worker_killed_on_another_host_is_replaced_there_and_catches_up(tmp_pa
     assert "generation 1 formed" in outputs[0], outputs[0][-3000:]
     for weights in finals:
         assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
+
+
+GROW_SCRIPT = '''
+import os, sys, time
+import numpy as np
+import torch
+import distrib
+from distrib.callbacks.backup_and_restore import BackupAndRestore
+from distrib.callbacks.callback import Callback
+from distrib.checkpoint import save_state
+
+out_dir = sys.argv[1]
+torch.set_num_threads(1)
+strategy = distrib.MultiWorkerMirroredStrategy()
+task = strategy.cluster_resolver.task_id
+with strategy.scope():
+    torch.manual_seed(0)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    model.compile(optimizer="adam", loss="mse")
+
+
+class WaitForTheLateNode(Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        step = model.train_loop_state.global_step
+        if task == 0 and step == 2:
+            open(os.path.join(out_dir, "training"), "w").close()  # the test starts node 1's launcher now
+        if task == 0 and step == 4:
+            deadline = time.monotonic() + 200
+            # poll: node 1's launcher and its Python start-up take seconds
+            while strategy.num_replicas_in_sync < 3 and not strategy.collective.joiners_waiting():
+                assert time.monotonic() < deadline, "node 1 never asked to join"
+                time.sleep(0.05)
+
+
+rs = np.random.RandomState(0)
+x = rs.randn(144, 6).astype("float32")
+y = (x @ rs.randn(6, 1)).astype("float32")
+model.fit(x, y, batch_size=24, epochs=2, shuffle=True, verbose=0,
+          callbacks=[BackupAndRestore(os.path.join(out_dir, "backup"), save_freq=4), WaitForTheLateNode()])
+save_state(model.module.state_dict(), os.path.join(out_dir, f"final-{task}.safetensors"))
+print(f"replicas at the end: {strategy.num_replicas_in_sync}")
+'''
+
+
+def _grow_job(tmp_path, name: str, nnodes: str):
+    """Three namespace hosts; with ``nnodes="2:3"`` node 2's launcher starts only once nodes 0 and 1 train."""
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / "grow.py"
+    script.write_text(GROW_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", DISTRIB_JOB_SECRET="elastic-grow-test")
+    late = nnodes != "3"
+    with NamespaceHosts(3) as hosts:
+        addresses = ",".join(hosts.address(k) for k in range(3))
+
+        def start(i):
+            return hosts.popen(i, [sys.executable, "-m", "distrib", "launch", "--hosts", addresses, "--nnodes",
+                                   nnodes, "--node-rank", str(i), "--master-port", str(MASTER_PORT), "--elastic",
+                                   "--max-restarts", "1", "--timeout", "400", "--grace-seconds", "2", str(script),
+                                   str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        procs = [start(0), start(1)]
+        if late:
+            deadline = time.monotonic() + 300
+            while not (out / "training").exists():  # poll: nodes 0 and 1 are training (or failed)
+                assert procs[0].poll() is None and time.monotonic() < deadline, procs[0].communicate()[0][-3000:]
+                time.sleep(0.05)
+        procs.append(start(2))
+        outputs = []
+        for proc in procs:
+            try:
+                outputs.append(proc.communicate(timeout=450)[0])
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                outputs.append(proc.communicate()[0] + "\n<<test: launcher killed after its timeout>>")
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+    return outputs, [load_state(str(out / f"final-{r}.safetensors")) for r in range(3)]
+
+
+def test_a_node_that_comes_up_late_joins_the_running_job_without_changing_the_result(tmp_path):
+    """``--nnodes 2:3``: nodes 0 and 1 start the job; node 2's launcher starts while they train and joins.
+
+    The global batch stays 24 throughout: split 2 ways (12 rows each), then 3 ways (8 each).
+    """
+    _, reference = _grow_job(tmp_path, "fixed", "3")
+    outputs, finals = _grow_job(tmp_path, "grown", "2:3")
+    assert "worker 2 (" in outputs[2] and "asks to join the running job" in outputs[2], outputs[2][-3000:]
+    assert "joined; the job goes on with 3 workers (was 2)" in outputs[0], outputs[0][-3000:]
+    assert "replicas at the end: 3" in outputs[2]
+    for weights in finals:
+        assert weights.keys() == reference[0].keys()
+        assert all(torch.allclose(weights[k], reference[0][k], rtol=1e-5, atol=1e-6) for k in weights)

@@ -31,6 +31,12 @@ from distrib.comm.elastic import request_leave
 
 out_dir, leaver, leave_step, wait_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
+if os.environ.get("START_AFTER") and json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 2:
+    import time
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.environ["START_AFTER"]):  # poll: worker 2 comes up after the job trained
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 strategy = distrib.MultiWorkerMirroredStrategy()
 task = strategy.cluster_resolver.task_id  # the replica id changes when a worker before this one leaves
 
@@ -79,7 +85,7 @@ finish(model.module, history.history)
 '''
 
 CTL_SCRIPT = COMMON + '''
-EPOCHS, STEPS, GB = 2, 6, 24
+EPOCHS, STEPS, GB = 3, 6, 24
 rs = np.random.RandomState(0)
 x = rs.randn(GB * STEPS, 6).astype("float32")
 y = (x @ rs.randn(6, 1)).astype("float32")
@@ -90,6 +96,10 @@ with strategy.scope():
     dataset = strategy.experimental_distribute_dataset(
         distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(GB * STEPS, seed=1).batch(GB).repeat())
     iterator = iter(dataset)
+step_var = distrib.train.Variable(0, dtype=torch.int64)
+checkpoint = distrib.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator, step=step_var)
+manager = distrib.train.CheckpointManager(checkpoint, os.path.join(out_dir, "ckpt"), max_to_keep=1)
+manager.restore_or_initialize()  # a rejoining worker restores the chief's in-memory snapshot here
 
 
 def step_fn(inputs):
@@ -101,12 +111,18 @@ def step_fn(inputs):
     return loss.detach()
 
 
-losses = []
-for step in range(EPOCHS * STEPS):
+losses = {}
+while int(step_var) < EPOCHS * STEPS:
+    step = int(step_var)
     if task == leaver and step == leave_step:
         request_leave()
     loss = strategy.reduce(distrib.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
-    losses.append(float(loss))
+    losses[step] = float(loss)
+    step_var.assign_add(1)
+    if int(step_var) % 3 == 0:
+        manager.save()  # a joiner is admitted at the first step after a save
+    if task == 0 and step == wait_step:
+        wait_for_joiner()
 finish(model, losses)
 '''
 
@@ -121,18 +137,18 @@ def scripts(tmp_path_factory):
     return paths
 
 
-def _run(script, out, leaver=-1, step=-1, wait_step=-1):
+def _run(script, out, leaver=-1, step=-1, wait_step=-1, start_workers=None, env=None):
     out.mkdir()
     rejoin = wait_step >= 0
     try:
         result = launch(str(script), [str(out), leaver, step, wait_step], workers=WORKERS, elastic=True,
-                        max_restarts=1, rejoins=1 if rejoin else 0, output="capture", timeout=400,
-                        grace_seconds=5)
+                        max_restarts=1, rejoins=1 if rejoin and start_workers is None else 0, output="capture",
+                        timeout=400, grace_seconds=5, start_workers=start_workers, env=env)
     except LaunchTimeoutError as exc:
         pytest.fail(f"the job did not end in time:\n{(exc.result.output or '')[-8000:]}")
     assert result.returncode == 0, result.output[-6000:]
     assert (result.replacements, result.restarts) == (0, 0), result.output[-4000:]
-    tasks = [t for t in range(WORKERS) if t != leaver or rejoin]
+    tasks = [t for t in range(WORKERS) if (t != leaver or rejoin) and (env is None or t != 2)]
     finals = {t: load_state(str(out / f"final-{t}.safetensors")) for t in tasks}
     extras = {t: json.loads((out / f"extra-{t}.json").read_text()) for t in tasks}
     return result, finals, extras
@@ -172,6 +188,25 @@ def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, 
         assert extras[0]["extra"] == pytest.approx(reference[name][1], rel=1e-5)
 
 
+def test_a_worker_rejoining_a_custom_loop_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path):
+    """Custom loop, 3 -> 2 -> 3: worker 1 leaves after step 4 and rejoins at the first step after a save().
+
+    The joiner restores the chief's snapshot (older than the step that admitted it) and replays
+    that step from the chief's log, the admitting vote included.
+    """
+    result, finals, extras = _run(scripts["ctl"], tmp_path / "out", 1, 4, wait_step=7)
+    assert "joined; the job goes on with 3 workers (was 2)" in result.output, result.output[-4000:]
+    assert "joined the running job (generation 2, replica 1 of 3)" in result.output, result.output[-4000:]
+    fixed_weights, fixed_losses = reference["ctl"]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 3
+        assert _close(weights, fixed_weights), f"worker {task}'s weights differ from the fixed-size run"
+    assert extras[0]["extra"] == pytest.approx(fixed_losses, rel=1e-5)
+    joined = extras[1]["extra"]  # from the step its snapshot was taken before: the job's (global) losses
+    assert joined and "17" in joined
+    assert joined == pytest.approx({step: fixed_losses[step] for step in joined}, rel=1e-5)
+
+
 def test_a_worker_leaving_and_rejoining_keeps_the_result_of_a_fixed_size_run(scripts, reference, tmp_path):
     """3 -> 2 -> 3: worker 1 leaves after step 6; the launcher starts it again; it is admitted by step 11.
 
@@ -191,3 +226,37 @@ def test_a_worker_leaving_and_rejoining_keeps_the_result_of_a_fixed_size_run(scr
         # the rejoined worker's History holds the epochs it ended; its logs are the job's (global) ones
         joined = extras[1]["extra"][key]
         assert joined and joined == pytest.approx(fixed[key][-len(joined):], rel=1e-5), key
+
+
+@pytest.mark.parametrize("name", ["fit", "ctl"])
+def test_a_job_started_with_fewer_workers_grows_without_changing_the_result(scripts, reference, tmp_path, name):
+    """``distrib launch --workers 2:3``: workers 0 and 1 start training; worker 2 joins the running job.
+
+    The chief waits (at step 4) until worker 2 asks, so it joins mid-run whatever its start-up time.
+    """
+    result, finals, extras = _run(scripts[name], tmp_path / "out", wait_step=4, start_workers=2)
+    assert "worker 2 (" in result.output and "asks to join the running job" in result.output
+    assert "joined; the job goes on with 3 workers (was 2)" in result.output, result.output[-4000:]
+    fixed_weights = reference[name][0]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 3
+        assert _close(weights, fixed_weights), f"worker {task}'s weights differ from the fixed-size run"
+
+
+def test_a_worker_that_comes_up_after_the_job_ended_ends_nothing(scripts, reference, tmp_path):
+    """``--workers 2:3`` where worker 2 starts only once worker 0 saved its final weights.
+
+    It finds the job ended (exit 0, "nothing to do") or its store already gone (an error exit the
+    launcher reports as a task that never joined): either way the job succeeds with 2 workers.
+    """
+    out = tmp_path / "out"
+    result, finals, extras = _run(scripts["ctl"], out, start_workers=2,
+                                  env={"START_AFTER": str(out / "extra-0.json")})
+    ended = "the job ended before it could join; nothing to do"
+    too_late = "worker 2 failed with exit code 1 before it joined the running job"
+    assert ended in result.output or too_late in result.output, result.output[-3000:]
+    assert "joined; the job goes on" not in result.output
+    assert sorted(finals) == [0, 1]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 2
+        assert _close(weights, reference["ctl"][0])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distrib.comm.collective import LocalCollective
-from distrib.comm.elastic.resize import membership_votes, next_members
+from distrib.comm.elastic.resize import changes_to_make, membership_votes, next_members
 from distrib.data import Dataset
 from distrib.data.distributed import distribute_dataset
 from distrib.data.distributed_iterator import InputReshardError
@@ -74,3 +74,11 @@ def test_the_vote_is_one_entry_per_task_and_the_chief_never_leaves():
     assert membership_votes(lambda t: t, task=0, tasks=3, wants=False, admit=[1]) == ([], [1])
     assert next_members([0, 1, 2], leave=[1], join=[]) == [0, 2]
     assert next_members([0, 2], leave=[], join=[1]) == [0, 1, 2]
+
+
+def test_a_vote_already_in_effect_changes_nothing_for_the_joiner_that_replays_it():
+    """A custom loop's joiner replays the vote that admitted it (its snapshot is from before that step)."""
+    assert changes_to_make([0, 2], leave=[], join=[1]) == ([], [1])            # the members grow
+    assert changes_to_make([0, 1, 2], leave=[], join=[1]) == ([], [])          # the joiner: done
+    assert changes_to_make([0, 1], leave=[2], join=[1]) == ([], [])            # left and joined in one vote
+    assert changes_to_make([0, 1, 2], leave=[2], join=[]) == ([2], [])

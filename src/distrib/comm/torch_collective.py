@@ -57,16 +57,25 @@ class TorchCollective(Collective):
         self._peer_lost = False
 
     @classmethod
-    def connect(cls, resolver: Any, options: CommunicationOptions, device: torch.device) -> "TorchCollective":
+    def connect(cls, resolver: Any, options: CommunicationOptions, device: torch.device,
+                members: Optional[int] = None) -> "TorchCollective":
+        """Meet the other tasks; ``members``: how many of the cluster's tasks start the job (default: all).
+
+        An elastic job may start with fewer tasks than its cluster lists
+        (``distrib launch --workers MIN:MAX``): tasks ``0..members-1`` form the
+        process groups; the store and health monitor are sized for every task,
+        the others join later (`distrib.comm.elastic`).
+        """
         host, port = resolver.rendezvous_address
-        rank, world = resolver.rank, resolver.world_size
+        rank, cluster_size = resolver.rank, resolver.world_size
+        world = cluster_size if members is None else members
         timeout = options.timeout
         describe = resolver.describe
         interface = check_task_addresses(resolver)
         if interface is not None:  # else gloo picks what the host name resolves to, maybe loopback
             os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         namespace = attempt_namespace()  # a restarted attempt never reads the last one's keys
-        raw_store = connect_store(host, port, rank, world, timeout, describe)
+        raw_store = connect_store(host, port, rank, cluster_size, timeout, describe)
         pg_timeout = timedelta(seconds=timeout)
         raw_store.set_timeout(pg_timeout)  # a worker's client kept the short connect timeout
         store = dist.PrefixStore(namespace, raw_store)
@@ -74,7 +83,9 @@ class TorchCollective(Collective):
         backend = choose_backend(store, rank, world, device, options.backend_for(device),
                                  options.implementation is CommunicationImplementation.AUTO,
                                  timeout, describe)
-        monitor = HealthMonitor(host, port, rank, world, timeout, describe, namespace=namespace)
+        monitor = HealthMonitor(host, port, rank, cluster_size, timeout, describe, namespace=namespace)
+        if world < cluster_size:
+            monitor.forget(list(range(world, cluster_size)))
         try:
             if not dist.is_initialized():
                 dist.init_process_group(backend, store=dist.PrefixStore("distrib/pg", store),
@@ -239,9 +250,13 @@ class TorchCollective(Collective):
         """The rank ``rank`` had when the job started (what heartbeats and done flags are keyed by)."""
         return rank
 
+    def _tasks_to_wait_for(self) -> set:
+        """The tasks (by their rank at the start) the chief waits for before it closes the store."""
+        return {self._task_rank(r) for r in range(1, self._world_size)}
+
     def _wait_for_others_to_leave(self) -> None:
         deadline = time.monotonic() + self._timeout
-        others = {self._task_rank(r) for r in range(1, self._world_size)}
+        others = self._tasks_to_wait_for()
         while others and time.monotonic() < deadline:
             others = {r for r in others if not self._store.check([f"distrib/done/{r}"])}
             others -= set(self._monitor.stale_peers(self._monitor.interval * 3))

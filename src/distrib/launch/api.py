@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
+from distrib.comm.elastic.resize import START_ENV
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
@@ -75,6 +76,7 @@ def launch(
     master_port: int = 29500,
     elastic: bool = False,
     rejoins: int = 0,
+    start_workers: Optional[int] = None,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -126,6 +128,11 @@ def launch(
         rejoins: with ``elastic``, how many times a task that left the running
             job is started again at once to rejoin it (it is admitted at a
             step boundary and the global batch is split among more replicas).
+        start_workers: with ``elastic``, how many of the job's workers start
+            it (workers ``0..start_workers-1``, the whole cluster's count across
+            nodes); the others join the running job as they come up, at a step
+            boundary (``distrib launch --workers MIN:MAX``, ``--nnodes MIN:MAX``).
+            Default: all of them start it.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -141,6 +148,8 @@ def launch(
     plan = _resolve_layout(workers, chief, ps, evaluator, hosts, node_rank, master_port)
     target = os.fspath(target)
     _check_arguments(target, module, cwd, max_restarts, timeout)
+    if start_workers is not None:
+        _check_start_workers(start_workers, plan, elastic)
     router = OutputRouter(output)
     base_env = _job_secret(_base_environment(router, env, verbose), plan)
     left_dir = None
@@ -150,6 +159,8 @@ def launch(
         base_env["DISTRIB_ELASTIC_LEFT_DIR"] = left_dir  # distrib.comm.elastic.membership.LEFT_DIR_ENV
     elif rejoins:
         raise ValueError("rejoins needs elastic=True (distrib launch --elastic)")
+    if start_workers is not None:
+        base_env[START_ENV] = str(start_workers)
     job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
                base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)))
     try:
@@ -204,6 +215,24 @@ def _resolve_layout(workers: int, chief: bool, ps: int, evaluator: bool,
                          "only; drop --chief, --ps and --evaluator")
     cluster = build_node_cluster(list(hosts), workers, master_port)
     return _Plan(layout, cluster, tuple(node_tasks(node_rank, len(hosts), workers)), len(hosts))
+
+
+def _check_start_workers(start_workers: int, plan: _Plan, elastic: bool) -> int:
+    layout = plan.layout
+    total = layout.workers * plan.nodes
+    if not elastic:
+        raise ValueError("distrib launch: a range of workers (MIN:MAX) needs --elastic: the workers after MIN "
+                         "join the running job")
+    if layout.chief or layout.ps or layout.evaluator:
+        raise ValueError("distrib launch: a range of workers (MIN:MAX) is for worker tasks only; drop --chief, "
+                         "--ps and --evaluator")
+    if isinstance(start_workers, bool) or not isinstance(start_workers, int) or not 1 <= start_workers <= total:
+        raise ValueError(f"distrib launch: the workers that start the job must be 2 to {total}, got "
+                         f"{start_workers!r}")
+    if start_workers == 1 and total > 1:
+        raise ValueError("distrib launch: an elastic job that is to grow must start with at least 2 workers "
+                         "(a one-worker job skips the collectives a joiner would replay): use MIN >= 2")
+    return start_workers
 
 
 def _check_arguments(target: str, module: bool, cwd: Optional[str], max_restarts: int,

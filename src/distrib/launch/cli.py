@@ -29,7 +29,7 @@ import difflib
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, NoReturn, Optional, Sequence
+from typing import Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
 
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
 from distrib.process.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
@@ -142,6 +142,19 @@ class LaunchOptions:
     master_port: int = DEFAULT_MASTER_PORT
     elastic: bool = False
     rejoins: int = 0
+    start_workers: Optional[int] = None
+
+
+def _count_or_range(text: str) -> Tuple[int, int]:
+    """``N`` or ``MIN:MAX`` (as torchrun's ``--nnodes``): ``(MIN, MAX)``, ``(N, N)`` for a plain count."""
+    low, sep, high = text.partition(":")
+    if not sep:
+        count = _count(text)
+        return count, count
+    first, last = _count(low), _count(high)
+    if not 1 <= first <= last:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX with 1 <= MIN <= MAX, got {text!r}")
+    return first, last
 
 
 def _count(text: str) -> int:
@@ -152,6 +165,10 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
     return value
+
+
+def _text(low: int, high: int) -> str:
+    return str(high) if low == high else f"{low}:{high}"
 
 
 def _seconds(text: str) -> float:
@@ -182,8 +199,9 @@ def _add_multinode_flags(run: argparse.ArgumentParser) -> None:
         "--master-port + global index; worker 0 on the first host is the chief.")
     nodes.add_argument("--hosts", default=None, metavar="H1,H2,...",
                        help="address of every node, the same list on every node")
-    nodes.add_argument("--nnodes", type=_count, default=None, metavar="N",
-                       help="number of nodes (default: the number of --hosts)")
+    nodes.add_argument("--nnodes", type=_count_or_range, default=None, metavar="N|MIN:MAX",
+                       help="number of nodes (default: the number of --hosts); MIN:MAX with --elastic: "
+                            "nodes 0..MIN-1 start the job, a later node joins it when its launcher starts")
     nodes.add_argument("--node-rank", "--node_rank", type=_count, default=0, metavar="I",
                        help="this node's index in --hosts (default: 0)")
     nodes.add_argument("--master-addr", "--master_addr", default=None, metavar="HOST",
@@ -196,12 +214,22 @@ def _add_multinode_flags(run: argparse.ArgumentParser) -> None:
 
 
 def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Check the multi-node flags against each other; fill ``ns.hosts`` and ``ns.workers``."""
+    """Check the multi-node flags against each other; fill ``ns.hosts``, ``ns.workers``, ``ns.start_workers``."""
+    start_workers, ns.workers = ns.workers
+    start_nodes, nnodes = ns.nnodes if ns.nnodes is not None else (None, None)
+    ns.nnodes = nnodes
     if ns.nproc_per_node is not None:
-        if ns.workers not in (1, ns.nproc_per_node):
-            parser.error(f"--nproc-per-node {ns.nproc_per_node} and --workers {ns.workers} "
+        if ns.workers not in (1, ns.nproc_per_node) or start_workers != ns.workers:
+            parser.error(f"--nproc-per-node {ns.nproc_per_node} and --workers {_text(start_workers, ns.workers)} "
                          f"disagree; give one of them")
-        ns.workers = ns.nproc_per_node
+        ns.workers = start_workers = ns.nproc_per_node
+    ns.start_workers = None
+    if start_workers != ns.workers or (start_nodes is not None and start_nodes != nnodes):
+        if not ns.elastic:
+            parser.error("a range of workers (MIN:MAX) needs --elastic: the tasks after MIN join the running job")
+        if ns.hosts is not None and start_workers != ns.workers:
+            parser.error("across machines, give the range as --nnodes MIN:MAX (whole nodes join)")
+        ns.start_workers = start_workers if start_nodes is None else start_nodes * ns.workers
     hosts = None
     if ns.hosts is not None:
         hosts = [h.strip() for h in ns.hosts.split(",")]
@@ -235,8 +263,9 @@ def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentPars
                     "prefix their output with the task's name; stop them all when one fails.",
         epilog=LAUNCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False)
-    run.add_argument("--workers", type=_count, default=1, metavar="N",
-                     help="number of worker tasks (default: 1)")
+    run.add_argument("--workers", type=_count_or_range, default=(1, 1), metavar="N|MIN:MAX",
+                     help="number of worker tasks (default: 1); MIN:MAX with --elastic: training starts "
+                          "with the first MIN, the others join the running job as they come up")
     run.add_argument("--chief", action="store_true", help="add a chief task")
     run.add_argument("--ps", type=_count, default=0, metavar="K",
                      help="number of parameter-server tasks (default: 0)")
@@ -306,7 +335,7 @@ def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         host=ns.host, grace_seconds=ns.grace_seconds,
         timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose,
         hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port, elastic=ns.elastic,
-        rejoins=ns.rejoins)
+        rejoins=ns.rejoins, start_workers=ns.start_workers)
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
@@ -325,7 +354,8 @@ def _run_launch(opts: LaunchOptions) -> int:
             evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
             host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
             verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
-            master_port=opts.master_port, elastic=opts.elastic, rejoins=opts.rejoins)
+            master_port=opts.master_port, elastic=opts.elastic, rejoins=opts.rejoins,
+            start_workers=opts.start_workers)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:

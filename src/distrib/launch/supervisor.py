@@ -20,6 +20,11 @@ it exits with 0; that exit is neither the job's end nor a failure, and while
 ``rejoins`` are left the task is started again at once with
 ``DISTRIB_ELASTIC_GROW=1`` to rejoin the running job at a step boundary.
 
+Elastic, growing: a task that is to join the running job (``distrib launch
+--workers MIN:MAX``, or one started again to rejoin) writes ``joined-<pid>``
+into ``left_dir`` once admitted; if it fails before that, no member lost
+anything, so the launcher reports it once and the job goes on without it.
+
 Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
 other than the chief that is killed by a signal (SIGKILL, the OOM killer; not
 an error exit, which would recur) is started again alone, as a replacement
@@ -169,6 +174,12 @@ class TaskGroup:
                         f"distrib launch: {task.launch.spec.name} {describe_returncode(task.returncode)}; "
                         f"the chief re-schedules its work on the other workers (parameter-server job)")
                     continue
+                if self._failed_before_joining(task):
+                    self._tolerated.add(index)
+                    self._router.launcher_line(
+                        f"distrib launch: {task.launch.spec.name} {describe_returncode(task.returncode)} before it "
+                        f"joined the running job; the job goes on without it (elastic)")
+                    continue
                 if self._replace(index):
                     continue  # the replacement runs: that exit no longer ends the attempt
                 kind = "preempted" if task.returncode == RESTART_EXIT_CODE else "failed"
@@ -264,6 +275,18 @@ class TaskGroup:
         return (self._left_dir is not None and task.proc is not None
                 and os.path.exists(os.path.join(self._left_dir, f"left-{task.proc.pid}")))
 
+    def _failed_before_joining(self, task: _Task) -> bool:
+        """A task that was to join the running job failed before it was admitted: no member lost anything.
+
+        Not on a node whose every task was to join (a late node of ``--nnodes MIN:MAX``): there the
+        failure is the launcher's own.
+        """
+        if self._left_dir is None or task.proc is None or not _joins(task.launch):
+            return False
+        if all(_joins(t.launch) for t in self._tasks if t.launch.spec.is_training):
+            return False
+        return not os.path.exists(os.path.join(self._left_dir, f"joined-{task.proc.pid}"))
+
     def _rejoin(self, index: int) -> None:
         """A task left the running job: note it, and start it again to rejoin while rejoins are left."""
         task = self._tasks[index]
@@ -337,3 +360,11 @@ class TaskGroup:
             if remaining <= 0:
                 return
             self._next_event(remaining)
+
+
+def _joins(launch: TaskLaunch) -> bool:
+    """Whether this task starts by joining a running elastic job rather than starting it."""
+    env, spec = launch.env, launch.spec
+    start = env.get("DISTRIB_ELASTIC_START_WORKERS", "")  # distrib.comm.elastic.resize.START_ENV
+    return spec.is_training and (env.get("DISTRIB_ELASTIC_GROW") == "1" or (
+        start.isdigit() and spec.task_type == "worker" and spec.task_index >= int(start)))

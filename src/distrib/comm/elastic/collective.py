@@ -40,7 +40,7 @@ from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decod
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
                                       leader_of, rebuild_groups)
 from distrib.comm.elastic.membership import Membership
-from distrib.comm.elastic.resize import GROW_ENV
+from distrib.comm.elastic.resize import GROW_ENV, starting_tasks
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
@@ -62,11 +62,12 @@ class ElasticCollective(Membership, TorchCollective):
 
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
+        starting = starting_tasks(resolver.world_size)  # None: every task of the cluster starts the job
         if os.environ.get(JOIN_ENV) == "1":
-            return cls._join(resolver, options, device)
-        if os.environ.get(GROW_ENV) == "1":
+            return cls._join(resolver, options, device, starting or resolver.world_size)
+        if os.environ.get(GROW_ENV) == "1" or (starting is not None and resolver.rank >= starting):
             return cls._grow_join(resolver, options, device, _connect)
-        collective = super().connect(resolver, options, device)
+        collective = super().connect(resolver, options, device, members=starting)
         assert isinstance(collective, ElasticCollective)
         collective.log = OpLog()
         collective._backend = options.backend_for(device)
@@ -219,21 +220,24 @@ class ElasticCollective(Membership, TorchCollective):
             return
 
     @classmethod
-    def _join(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
-        """A replacement's connect: meet the survivors in their new generation and take the payload."""
+    def _join(cls, resolver: Any, options: Any, device: torch.device, world: int) -> "ElasticCollective":
+        """A replacement's connect: meet the survivors (``world`` tasks) in their new generation, take the payload."""
         host, port = resolver.rendezvous_address
-        rank, world, describe = resolver.rank, resolver.world_size, resolver.describe
+        rank, describe = resolver.rank, resolver.describe
         timeout = options.timeout
         start = time.monotonic()
         deadline = start + timeout
         raw_store = _connect(host, port, world, deadline, describe(rank))
         raw_store.set_timeout(timedelta(seconds=timeout))
         store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
-        monitor = HealthMonitor(host, port, rank, world, timeout, describe, namespace=attempt_namespace())
+        monitor = HealthMonitor(host, port, rank, resolver.world_size, timeout, describe, namespace=attempt_namespace())
         collective = cls(rank, world, None, None, monitor, describe, timeout, store)
         collective._raw_store = raw_store
         collective.log = OpLog()
         collective._backend = options.backend_for(device)
+        collective._max_world = resolver.world_size
+        if world < resolver.world_size:
+            monitor.forget(list(range(world, resolver.world_size)))
         hooks.at_exit(collective.shutdown)
         while True:
             gen = join_generation(store, rank, deadline, describe)

@@ -34,15 +34,16 @@ from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
 from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import ElasticRecoveryError, broadcast_payload, rebuild_groups
-from distrib.comm.elastic.resize import (admit, leave_requested, membership_votes, next_members, post_join_request,
-                                         wait_for_admission, waiting_joiners)
+from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, membership_votes, next_members,
+                                         post_join_request, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
 
 __all__ = ["Membership", "LEFT_DIR_ENV"]
 
 log = logging.getLogger("distrib.elastic")
 
-#: Where ``distrib launch --elastic`` learns that a task left on purpose: it writes ``left-<pid>`` there.
+#: Where ``distrib launch --elastic`` learns that a task left on purpose (``left-<pid>``) or was admitted to the
+#: running job (``joined-<pid>``): an empty file by that name.
 LEFT_DIR_ENV = "DISTRIB_ELASTIC_LEFT_DIR"
 
 
@@ -68,6 +69,7 @@ class Membership:
             self._chief_refused = True
             log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
                         "it stays", self._describe(0))
+        leave, join = changes_to_make([self._task_rank(r) for r in range(self._world_size)], leave, join)
         if leave or join:
             self._pending = (leave, join)
 
@@ -161,20 +163,13 @@ class Membership:
 
     def _leave(self) -> None:
         """Exit this process with status 0 now (the job goes on without it); tell the launcher first."""
-        where = os.environ.get(LEFT_DIR_ENV)
-        if where:
-            try:
-                with open(os.path.join(where, f"left-{os.getpid()}"), "w"):
-                    pass
-            except OSError:
-                pass
+        _tell_launcher("left")
         self.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(0)
+        _exit_now(0)
+
+    def _tasks_to_wait_for(self) -> set:
+        """The chief's shutdown also waits for joiners still waiting: they see it end and exit 0."""
+        return super()._tasks_to_wait_for() | set(self._waiting())  # type: ignore[misc]
 
     # ------------------------------------------------------------- joining
     @classmethod
@@ -190,7 +185,13 @@ class Membership:
         monitor = HealthMonitor(host, port, task, world, timeout, describe, namespace=attempt_namespace())
         number = post_join_request(store, task)
         log.warning("distrib: %s asks to join the running job", describe(task))
-        gen, tasks = wait_for_admission(store, task, number, start + 4 * timeout, describe(task))
+        admitted = wait_for_admission(store, task, number, start + 4 * timeout, describe(task))
+        if admitted is None:
+            log.warning("distrib: %s: the job ended before it could join; nothing to do", describe(task))
+            monitor.close()
+            _exit_now(0)
+        gen, tasks = admitted
+        _tell_launcher("joined")  # from now on this task is a member: its failure is the job's
         rank = tasks.index(task)
         collective = cls(rank, len(tasks), None, None, monitor, describe, timeout, store)
         collective._raw_store = raw_store
@@ -213,3 +214,24 @@ class Membership:
                     "to collective #%d from a %d-byte snapshot", describe(task), gen, rank, len(tasks),
                     time.monotonic() - start, payload["until"], len(payload["snapshot"]))
         return collective
+
+
+def _exit_now(status: int) -> None:
+    """Exit this process now (the program does not go on), its output flushed."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(status)
+
+
+def _tell_launcher(event: str) -> None:
+    """Leave an ``<event>-<pid>`` file where ``distrib launch --elastic`` looks (no launcher: nothing)."""
+    where = os.environ.get(LEFT_DIR_ENV)
+    if where:
+        try:
+            with open(os.path.join(where, f"{event}-{os.getpid()}"), "w"):
+                pass
+        except OSError:
+            pass

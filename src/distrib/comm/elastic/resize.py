@@ -37,6 +37,7 @@ replicas.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -45,16 +46,48 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from distrib import hooks
-from distrib.comm.errors import DistribCommError
+from distrib.comm.errors import DistribCommError, first_line
 
-__all__ = ["request_leave", "leave_requested", "leave_on_signal", "membership_votes", "next_members",
-           "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "GROW_ENV"]
+__all__ = ["request_leave", "leave_requested", "leave_on_signal", "membership_votes", "next_members", "changes_to_make",
+           "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "GROW_ENV",
+           "START_ENV"]
 
 #: Set (to ``1``) in a task that joins a running elastic job (``distrib launch --elastic`` sets it when a
 #: worker that left is started again).
 GROW_ENV = "DISTRIB_ELASTIC_GROW"
 
+#: How many of the cluster's workers start an elastic job (tasks ``0..N-1``); the others join it when they
+#: start. ``distrib launch --workers MIN:MAX`` (``--nnodes MIN:MAX``) sets it; unset: every task starts it.
+START_ENV = "DISTRIB_ELASTIC_START_WORKERS"
+
 _LEAVE = threading.Event()
+
+
+def starting_tasks(cluster_size: int, environ: Optional[Dict[str, str]] = None) -> Optional[int]:
+    """How many tasks start the job (``START_ENV``), or None when all ``cluster_size`` of them do.
+
+    Example (``distrib launch --workers 2:4``: workers 2 and 3 join the running job):
+        >>> starting_tasks(4, {"DISTRIB_ELASTIC_START_WORKERS": "2"})
+        2
+        >>> starting_tasks(4, {}) is None
+        True
+
+    Raises:
+        DistribCommError: not a whole number from 2 to ``cluster_size`` (a one-worker job skips
+            the collectives a two-worker one runs, so a joiner could not replay its steps).
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(START_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 2 <= count <= cluster_size:
+        raise DistribCommError(f"{START_ENV}={raw!r}: the number of workers that start an elastic job must be "
+                               f"a whole number from 2 to the cluster's {cluster_size} workers")
+    return None if count == cluster_size else count
 
 
 def request_leave() -> None:
@@ -113,6 +146,22 @@ def next_members(members: Sequence[int], leave: Sequence[int], join: Sequence[in
     return sorted((set(members) - set(leave)) | set(join))
 
 
+def changes_to_make(members: Sequence[int], leave: Sequence[int], join: Sequence[int]) -> Tuple[List[int], List[int]]:
+    """What of a vote's ``(leave, join)`` is not in effect yet for a task whose members are ``members``.
+
+    A joiner restores a snapshot older than the step that admitted it and
+    replays that step from the chief's log, its vote included: for the
+    joiner, already a member of the new generation, that vote is done.
+
+    Example (worker 1 rejoins; the joiner already has tasks [0, 1, 2]):
+        >>> changes_to_make([0, 2], leave=[], join=[1])
+        ([], [1])
+        >>> changes_to_make([0, 1, 2], leave=[], join=[1])
+        ([], [])
+    """
+    return [t for t in leave if t in members], [t for t in join if t not in members]
+
+
 # -------------------------------------------------------- joins (the store)
 # A joiner posts ``grow/request/<task>/<n>`` (n: its request number for that
 # task, from ``grow/count/<task>``); the chief admits it in a step's vote and
@@ -141,14 +190,27 @@ def admit(store: Any, task: int, number: int, gen: int, members: Sequence[int]) 
     _es(store).set(f"grow/admit/{task}/{number}", json.dumps({"gen": int(gen), "tasks": [int(t) for t in members]}))
 
 
-def wait_for_admission(store: Any, task: int, number: int, deadline: float, who: str) -> Tuple[int, List[int]]:
-    """A joiner waits until the chief admits it at a step boundary; returns ``(generation, members)``."""
+def wait_for_admission(store: Any, task: int, number: int, deadline: float,
+                       who: str) -> Optional[Tuple[int, List[int]]]:
+    """A joiner waits until the chief admits it at a step boundary: ``(generation, members)``.
+
+    None when the job ended first (the chief marked itself done): the joiner
+    marks itself done too, so the chief, which waits for it, can close the store.
+    """
     es = _es(store)
     key = f"grow/admit/{task}/{number}"
-    while not es.check([key]):
+    while True:
+        try:
+            if es.check([key]):
+                value = json.loads(es.get(key).decode())
+                return int(value["gen"]), [int(t) for t in value["tasks"]]
+            if store.check(["distrib/done/0"]):
+                store.set(f"distrib/done/{task}", "1")
+                return None
+        except Exception as exc:
+            raise DistribCommError(f"elastic join: {who} lost the job's store before it was admitted (the job "
+                                   f"ended or its chief was lost): {first_line(exc)}") from None
         if time.monotonic() >= deadline:
             raise DistribCommError(f"elastic join: {who} was not admitted to the running job in time (the job "
                                    f"admits at a step's end, once it holds a snapshot)")
         time.sleep(0.05)  # poll: the store has no wait primitive for a key another task sets
-    value = json.loads(es.get(key).decode())
-    return int(value["gen"]), [int(t) for t in value["tasks"]]
