@@ -8,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/env.sh
+# Bytecode for distrib's own modules, written once: the suite starts hundreds of
+# worker processes, and where PYTHONDONTWRITEBYTECODE is set (as in many
+# containers) each of them would compile every module it imports again.
+.venv/bin/python -m compileall -q -j 0 src/distrib examples >/dev/null
 processes="${DISTRIB_TEST_PROCESSES:-2}"
 parallel=()
 if [ "$processes" != "1" ]; then parallel=(-n "$processes" --dist worksteal); fi

@@ -36,11 +36,12 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterator, Optional, Tuple
 
 from distrib import error_report
 from distrib.error_report import is_cluster_task, one_line, short_cause, task_label, verbose
@@ -118,6 +119,21 @@ def install_excepthook() -> None:
             return
         error_report.previous_excepthook = current
         sys.excepthook = error_report.excepthook
+
+
+@contextlib.contextmanager
+def excepthook_kept() -> Iterator[None]:
+    """Undo whatever the block does to ``sys.excepthook``.
+
+    torch's ``init_process_group`` wraps the hook in a ``[rank<N>]:`` prefixer
+    each time it runs; an elastic task builds new process groups at every
+    resize or recovery, and its errors would read ``[rank2]: [rank1]: ...``.
+    """
+    hook = sys.excepthook
+    try:
+        yield
+    finally:
+        sys.excepthook = hook
 
 
 def _is_torch_rank_prefixer(hook: Any) -> bool:

@@ -76,3 +76,15 @@ def test_install_excepthook_is_idempotent_and_keeps_the_previous_hook():
 
 def test_one_line_error_helpers_are_still_importable_from_hooks():
     assert hooks.one_line is error_report.one_line and hooks.short_cause is error_report.short_cause
+
+
+def test_a_process_group_built_again_does_not_stack_rank_prefixes_on_the_excepthook():
+    """Elastic tasks build new groups at every resize; torch wraps sys.excepthook each time it does."""
+    import sys
+
+    from distrib import hooks
+
+    before = sys.excepthook
+    with hooks.excepthook_kept():
+        sys.excepthook = lambda *args: before(*args)  # what init_process_group does, in short
+    assert sys.excepthook is before

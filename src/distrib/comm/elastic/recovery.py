@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Tuple
@@ -34,6 +33,7 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 import torch.distributed as dist
 
+from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 
 __all__ = ["ElasticRecoveryError", "Member", "form_generation", "rebuild_groups", "broadcast_payload",
@@ -112,9 +112,8 @@ def rebuild_groups(store: Any, gen: int, rank: int, world: int, backend: str, ti
             pass
     pg_timeout = timedelta(seconds=timeout)
     pg_store = dist.PrefixStore(f"g{gen}/pg", _store(store))
-    hook = sys.excepthook
-    dist.init_process_group(backend, store=pg_store, rank=rank, world_size=world, timeout=pg_timeout)
-    sys.excepthook = hook  # torch wraps it in one more "[rank<N>]:" prefixer per generation: keep the task's own
+    with hooks.excepthook_kept():  # not one more "[rank<N>]:" prefixer per generation
+        dist.init_process_group(backend, store=pg_store, rank=rank, world_size=world, timeout=pg_timeout)
     return dist.group.WORLD, dist.new_group(backend="gloo", timeout=pg_timeout)
 
 
