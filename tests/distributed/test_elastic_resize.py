@@ -50,6 +50,16 @@ def wait_for_joiner():
         time.sleep(0.05)  # poll
 
 
+def maybe_die(step):
+    """KILL_AT=<task>:<step>: that task is SIGKILLed after that step (not its replacement)."""
+    kill = os.environ.get("KILL_AT")
+    if kill and os.environ.get("DISTRIB_ELASTIC_JOIN") != "1":
+        import signal
+        kill_task, kill_step = map(int, kill.split(":"))
+        if task == kill_task and step == kill_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def finish(module, extra=None):
     save_state(module.state_dict(), os.path.join(out_dir, f"final-{task}.safetensors"))
     with open(os.path.join(out_dir, f"extra-{task}.json"), "w") as f:
@@ -74,6 +84,7 @@ class Leave(Callback):
     def on_train_batch_end(self, batch, logs=None):
         if task == 0 and model.train_loop_state.global_step == wait_step:  # the rejoin comes before training ends
             wait_for_joiner()
+        maybe_die(model.train_loop_state.global_step)
 
 
 rs = np.random.RandomState(0)
@@ -123,6 +134,7 @@ while int(step_var) < EPOCHS * STEPS:
         manager.save()  # a joiner is admitted at the first step after a save
     if task == 0 and step == wait_step:
         wait_for_joiner()
+    maybe_die(step)
 finish(model, losses)
 '''
 
@@ -137,7 +149,7 @@ def scripts(tmp_path_factory):
     return paths
 
 
-def _run(script, out, leaver=-1, step=-1, wait_step=-1, start_workers=None, env=None):
+def _run(script, out, leaver=-1, step=-1, wait_step=-1, start_workers=None, env=None, replacements=0):
     out.mkdir()
     rejoin = wait_step >= 0
     try:
@@ -147,8 +159,9 @@ def _run(script, out, leaver=-1, step=-1, wait_step=-1, start_workers=None, env=
     except LaunchTimeoutError as exc:
         pytest.fail(f"the job did not end in time:\n{(exc.result.output or '')[-8000:]}")
     assert result.returncode == 0, result.output[-6000:]
-    assert (result.replacements, result.restarts) == (0, 0), result.output[-4000:]
-    tasks = [t for t in range(WORKERS) if (t != leaver or rejoin) and (env is None or t != 2)]
+    assert (result.replacements, result.restarts) == (replacements, 0), result.output[-4000:]
+    late = env is not None and "START_AFTER" in env
+    tasks = [t for t in range(WORKERS) if (t != leaver or rejoin) and not (late and t == 2)]
     finals = {t: load_state(str(out / f"final-{t}.safetensors")) for t in tasks}
     extras = {t: json.loads((out / f"extra-{t}.json").read_text()) for t in tasks}
     return result, finals, extras
@@ -260,3 +273,21 @@ def test_a_worker_that_comes_up_after_the_job_ended_ends_nothing(scripts, refere
     for task, weights in finals.items():
         assert extras[task]["replicas"] == 2
         assert _close(weights, reference["ctl"][0])
+
+
+@pytest.mark.parametrize("name,leave_step,kill_step", [("fit", 6, 12), ("ctl", 4, 13)])
+def test_a_worker_lost_after_the_job_shrank_is_replaced_and_the_result_is_kept(scripts, reference, tmp_path, name,
+                                                                               leave_step, kill_step):
+    """3 -> 2 (worker 1 leaves), then worker 2 -- replica 1 of 2 now -- is SIGKILLed.
+
+    The launcher starts worker 2 again; it learns from the generation the survivors open that it
+    is replica 1 of 2, restores the newest snapshot taken since the resize and catches up.
+    """
+    result, finals, extras = _run(scripts[name], tmp_path / "out", 1, leave_step, env={"KILL_AT": f"2:{kill_step}"},
+                                  replacements=1)
+    assert "left; the job goes on with 2 workers (was 3)" in result.output
+    assert "worker 2 was killed by SIGKILL; starting a replacement for it alone" in result.output
+    assert "generation 2 formed" in result.output, result.output[-4000:]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 2
+        assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"

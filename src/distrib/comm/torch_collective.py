@@ -43,6 +43,9 @@ _TORCH_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
 class TorchCollective(Collective):
     """Collectives among the replicas of a job, over torch.distributed."""
 
+    #: The data group's backend the tasks agreed on (gloo where two tasks share a GPU).
+    backend = "gloo"
+
     def __init__(self, rank: int, world_size: int, group: Any, control_group: Any,
                  monitor: Optional[HealthMonitor], describe, timeout: float, store: Any = None) -> None:
         self._rank = rank
@@ -98,6 +101,7 @@ class TorchCollective(Collective):
                 f"{describe(rank)} could not set up {backend} among {world} tasks: {first_line(exc)}") from None
         collective = cls(rank, world, group, control, monitor, describe, timeout, store)
         collective._raw_store = raw_store  # a Python Store (AuthStore) must outlive the PrefixStore around it
+        collective.backend = backend
         hooks.at_exit(collective.shutdown)
         return collective
 

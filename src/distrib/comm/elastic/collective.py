@@ -37,8 +37,8 @@ from distrib.comm.health import HealthMonitor
 from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
-from distrib.comm.elastic.recovery import (ElasticRecoveryError, broadcast_payload, form_generation, join_generation,
-                                      leader_of, rebuild_groups)
+from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
+                                      join_generation, leader_of, rebuild_groups)
 from distrib.comm.elastic.membership import Membership
 from distrib.comm.elastic.resize import GROW_ENV, starting_tasks
 
@@ -58,7 +58,6 @@ class ElasticCollective(Membership, TorchCollective):
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None
     _gen = 0
-    _backend = "gloo"
 
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
@@ -70,8 +69,9 @@ class ElasticCollective(Membership, TorchCollective):
         collective = super().connect(resolver, options, device, members=starting)
         assert isinstance(collective, ElasticCollective)
         collective.log = OpLog()
-        collective._backend = options.backend_for(device)
         collective._max_world = resolver.world_size
+        if collective.rank == 0:  # what a replacement or joiner builds its groups with (agreed at start-up)
+            agreed_backend(collective._store, collective.backend)
         return collective
 
     # ---------------------------------------------------------- snapshots
@@ -181,10 +181,6 @@ class ElasticCollective(Membership, TorchCollective):
     # ----------------------------------------------------------- recovery
     def _recover(self, why: str) -> None:
         me = self._describe(self._rank)
-        if self._tasks is not None:
-            raise ElasticRecoveryError(
-                f"{me}: {why}; elastic recovery after the job was resized is not supported: the job "
-                f"restarts from its last checkpoint")
         start = time.monotonic()
         deadline = start + self._timeout
         gen = self._gen
@@ -192,12 +188,12 @@ class ElasticCollective(Membership, TorchCollective):
         while True:
             gen += 1
             members = form_generation(self._store, gen, self._rank, self._world_size, self.log.seq, False,
-                                      deadline, self._describe)
+                                      deadline, self._describe, tasks=self._tasks)
             leader, until, since = leader_of(members)
             joining = sum(1 for m in members.values() if m["joining"])
             try:
                 self._group, self._control = rebuild_groups(self._store, gen, self._rank, self._world_size,
-                                                            self._backend, self._timeout)
+                                                            self.backend, self._timeout)
                 data = encode_payload(self.log, until, since, joining > 0) if self._rank == leader else b""
                 payload = decode_payload(broadcast_payload(data, leader, self._rank, self._control))
             except ElasticRecoveryError:
@@ -221,47 +217,57 @@ class ElasticCollective(Membership, TorchCollective):
 
     @classmethod
     def _join(cls, resolver: Any, options: Any, device: torch.device, world: int) -> "ElasticCollective":
-        """A replacement's connect: meet the survivors (``world`` tasks) in their new generation, take the payload."""
+        """A replacement's connect: meet the survivors in their new generation and take the payload.
+
+        ``world``: the tasks that started the job; the survivors of a job that changed size since
+        name the task of each rank in the generation they open (`join_generation`).
+        """
         host, port = resolver.rendezvous_address
-        rank, describe = resolver.rank, resolver.describe
+        task, describe = resolver.rank, resolver.describe
         timeout = options.timeout
         start = time.monotonic()
         deadline = start + timeout
-        raw_store = _connect(host, port, world, deadline, describe(rank))
+        raw_store = _connect(host, port, world, deadline, describe(task))
         raw_store.set_timeout(timedelta(seconds=timeout))
         store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
-        monitor = HealthMonitor(host, port, rank, resolver.world_size, timeout, describe, namespace=attempt_namespace())
-        collective = cls(rank, world, None, None, monitor, describe, timeout, store)
+        monitor = HealthMonitor(host, port, task, resolver.world_size, timeout, describe,
+                                namespace=attempt_namespace())
+        collective = cls(task, world, None, None, monitor, describe, timeout, store)
         collective._raw_store = raw_store
         collective.log = OpLog()
-        collective._backend = options.backend_for(device)
+        collective.backend = agreed_backend(store)
         collective._max_world = resolver.world_size
-        if world < resolver.world_size:
-            monitor.forget(list(range(world, resolver.world_size)))
         hooks.at_exit(collective.shutdown)
         while True:
-            gen = join_generation(store, rank, deadline, describe)
-            members = form_generation(store, gen, rank, world, 0, True, deadline, describe)
+            gen, tasks = join_generation(store, task, deadline, describe)
+            size = world if tasks is None else len(tasks)
+            rank = task if tasks is None else tasks.index(task)
+            by_rank = describe if tasks is None else (lambda r, tasks=tasks: describe(tasks[r]))
+            members = form_generation(store, gen, rank, size, 0, True, deadline, by_rank)
             leader, _, _ = leader_of(members)
             try:
-                collective._group, collective._control = rebuild_groups(store, gen, rank, world,
-                                                                        collective._backend, timeout)
+                collective._group, collective._control = rebuild_groups(store, gen, rank, size,
+                                                                        collective.backend, timeout)
                 payload = decode_payload(broadcast_payload(b"", leader, rank, collective._control))
                 break
             except ReplayMismatchError:
                 raise
             except Exception as exc:
                 if time.monotonic() >= deadline:
-                    raise ElasticRecoveryError(f"elastic join of {describe(rank)} gave up: {first_line(exc)}") from None
+                    raise ElasticRecoveryError(f"elastic join of {describe(task)} gave up: {first_line(exc)}") from None
         if payload["error"]:
-            raise ElasticRecoveryError(f"elastic join of {describe(rank)}: {payload['error']}")
+            raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
+        members_now = list(range(size)) if tasks is None else tasks
+        monitor.forget([t for t in range(resolver.world_size) if t not in members_now])
+        if tasks is not None:
+            collective._set_members(tasks, rank, gen, describe)
         collective._gen = gen
         collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
                                     payload["snap_seq"])
         collective._snapshot = payload["snapshot"]
         collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
         log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
-                    "snapshot", describe(rank), gen, time.monotonic() - start, payload["until"],
+                    "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],
                     len(payload["snapshot"]))
         return collective
 

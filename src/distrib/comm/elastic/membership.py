@@ -33,7 +33,7 @@ from distrib import hooks
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
 from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
-from distrib.comm.elastic.recovery import ElasticRecoveryError, broadcast_payload, rebuild_groups
+from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, broadcast_payload, rebuild_groups
 from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, membership_votes, next_members,
                                          post_join_request, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
@@ -136,7 +136,7 @@ class Membership:
             for t in join:
                 self._admitted[t] = self._admitted.get(t, 0) + 1
                 admit(self._store, t, self._admitted[t], gen, tasks)
-        self._group, self._control = rebuild_groups(self._store, gen, rank, len(tasks), self._backend,
+        self._group, self._control = rebuild_groups(self._store, gen, rank, len(tasks), self.backend,
                                                     self._timeout)
         if join:  # the chief sends the joiners its newest snapshot and the log since (the members ignore it)
             self.log.close_snapshots()
@@ -196,10 +196,10 @@ class Membership:
         collective = cls(rank, len(tasks), None, None, monitor, describe, timeout, store)
         collective._raw_store = raw_store
         collective.log = OpLog()
-        collective._backend = options.backend_for(device)
+        collective.backend = agreed_backend(store)
         collective._max_world = world
         hooks.at_exit(collective.shutdown)
-        collective._group, collective._control = rebuild_groups(store, gen, rank, len(tasks), collective._backend,
+        collective._group, collective._control = rebuild_groups(store, gen, rank, len(tasks), collective.backend,
                                                                 timeout)
         payload = decode_payload(broadcast_payload(b"", 0, rank, collective._control))
         if payload["error"]:

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -37,7 +37,7 @@ from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 
 __all__ = ["ElasticRecoveryError", "Member", "form_generation", "rebuild_groups", "broadcast_payload",
-           "join_generation"]
+           "join_generation", "agreed_backend"]
 
 log = logging.getLogger("distrib.elastic")
 _POLL = 0.05
@@ -54,12 +54,19 @@ def _store(store: Any) -> Any:
 
 
 def form_generation(store: Any, gen: int, rank: int, world: int, seq: int, joining: bool, deadline: float,
-                    describe: Callable[[int], str]) -> Dict[int, Member]:
-    """Post this task as a member of generation ``gen`` and wait for every rank; returns the members."""
+                    describe: Callable[[int], str], tasks: Optional[List[int]] = None) -> Dict[int, Member]:
+    """Post this task as a member of generation ``gen`` and wait for every rank; returns the members.
+
+    ``tasks``: a survivor of a resized job names the task of each rank, so that a replacement
+    (which knows only its task) finds its rank (`join_generation`).
+    """
     es = _store(store)
     try:
         es.set(f"g{gen}/member/{rank}", json.dumps({"seq": int(seq), "joining": bool(joining)}))
         if not joining:
+            if tasks is not None:
+                # before "open": a replacement reads the ranks' tasks once the generation is open
+                es.set(f"g{gen}/tasks", json.dumps([int(t) for t in tasks]))
             es.set("open", str(gen))
         keys = [f"g{gen}/member/{r}" for r in range(world)]
         while True:
@@ -103,6 +110,24 @@ def leader_of(members: Dict[int, Member]) -> Tuple[int, int, int]:
     return leader, alive[leader], min(alive.values())
 
 
+def agreed_backend(store: Any, backend: Optional[str] = None) -> str:
+    """The data groups' backend of this job: the chief publishes it (``backend``), the others read it.
+
+    The tasks agree on it at start-up (gloo where two tasks share a GPU, see
+    `distrib.comm.gpu_sharing`); a replacement or joiner must build its groups
+    with the same one, whatever its own device would suggest.
+    """
+    es = _store(store)
+    if backend is not None:
+        es.set("backend", backend)
+        return backend
+    value = es.get("backend").decode()
+    if value not in ("gloo", "nccl", "mpi", "ucc", "xccl"):
+        raise ElasticRecoveryError(f"elastic join: the job's backend in the store ({value[:40]!r}) is not one distrib "
+                                   f"uses")
+    return value
+
+
 def rebuild_groups(store: Any, gen: int, rank: int, world: int, backend: str, timeout: float) -> Tuple[Any, Any]:
     """Destroy this process's groups and build generation ``gen``'s: ``(data group, control group)``."""
     if dist.is_initialized():
@@ -128,18 +153,39 @@ def broadcast_payload(data: bytes, src: int, rank: int, control: Any) -> bytes:
     return bytes(buf.numpy().tobytes())
 
 
-def join_generation(store: Any, rank: int, deadline: float, describe: Callable[[int], str]) -> int:
-    """A replacement: wait until survivors open a generation that still lacks ``rank``; return it."""
+def join_generation(store: Any, task: int, deadline: float,
+                    describe: Callable[[int], str]) -> Tuple[int, Optional[List[int]]]:
+    """A replacement: wait until survivors open a generation that still lacks ``task``.
+
+    Returns ``(generation, the task of each rank)``; the tasks are None when the job
+    never changed size (rank ``r`` is task ``r``).
+    """
     es = _store(store)
     announced = False
     while time.monotonic() < deadline:
         if es.check(["open"]):
             gen = int(es.get("open").decode())
-            if not es.check([f"g{gen}/member/{rank}"]):
-                return gen
+            tasks = _tasks_of(es, gen)
+            if tasks is None or task in tasks:
+                rank = task if tasks is None else tasks.index(task)
+                if not es.check([f"g{gen}/member/{rank}"]):
+                    return gen, tasks
         if not announced:
-            log.warning("distrib: %s (replacement) waiting for the survivors to open a recovery", describe(rank))
+            log.warning("distrib: %s (replacement) waiting for the survivors to open a recovery", describe(task))
             announced = True
         time.sleep(_POLL)  # poll: survivors open the generation when they notice the loss
     raise ElasticRecoveryError(
-        f"elastic join: {describe(rank)} found no recovery to join in time (no survivor noticed a lost task)")
+        f"elastic join: {describe(task)} found no recovery to join in time (no survivor noticed a lost task)")
+
+
+def _tasks_of(es: Any, gen: int) -> Optional[List[int]]:
+    if not es.check([f"g{gen}/tasks"]):
+        return None
+    try:
+        tasks = json.loads(es.get(f"g{gen}/tasks").decode())
+        if isinstance(tasks, list) and tasks and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                     for t in tasks) and len(set(tasks)) == len(tasks):
+            return tasks
+    except (UnicodeDecodeError, ValueError):
+        pass
+    raise ElasticRecoveryError(f"elastic recovery: the task list of generation {gen} in the store is malformed")
