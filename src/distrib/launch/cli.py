@@ -58,6 +58,8 @@ examples:
       a parameter-server job: chief (runs the ClusterCoordinator), 2 workers, 1 ps task
   distrib launch --workers 2 --max-restarts 3 train.py
       restart the whole group after a crash, up to 3 times (resume with BackupAndRestore)
+  distrib launch --workers 2:4 --elastic --max-restarts 2 train.py
+      train as soon as 2 workers are up; workers 2 and 3 join the running job (same global batch)
   distrib launch --workers 2 --timeout 600 --verbose -m mypkg.train --lr 0.1
       run a module, stop everything after 10 minutes, full tracebacks for distrib errors
   distrib launch --hosts 10.0.0.1,10.0.0.2 --nnodes 2 --node-rank 0 --nproc-per-node 2 train.py
