@@ -59,6 +59,19 @@ save_state(model.module.state_dict(), os.path.join(out_dir, f"final-{rank}.safet
 '''
 
 
+def _outputs_of_successful(procs):
+    """Each launcher's output once it ended (killed after 450 s); every launcher must have exited 0."""
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=450)[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            outputs.append(proc.communicate()[0] + "\n<<test: launcher killed after its timeout>>")
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+    return outputs
+
+
 def _job(tmp_path, name: str, fault_step: int):
     out = tmp_path / name
     out.mkdir()
@@ -73,14 +86,7 @@ def _job(tmp_path, name: str, fault_step: int):
                                  str(fault_step)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
                  for i in range(2)]
-        outputs = []
-        for proc in procs:
-            try:
-                outputs.append(proc.communicate(timeout=450)[0])
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                outputs.append(proc.communicate()[0] + "\n<<test: launcher killed after its timeout>>")
-    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+        outputs = _outputs_of_successful(procs)
     return outputs, [load_state(str(out / f"final-{r}.safetensors")) for r in range(2)]
 
 
@@ -159,14 +165,7 @@ def _grow_job(tmp_path, name: str, nnodes: str):
                 assert procs[0].poll() is None and time.monotonic() < deadline, procs[0].communicate()[0][-3000:]
                 time.sleep(0.05)
         procs.append(start(2))
-        outputs = []
-        for proc in procs:
-            try:
-                outputs.append(proc.communicate(timeout=450)[0])
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                outputs.append(proc.communicate()[0] + "\n<<test: launcher killed after its timeout>>")
-    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+        outputs = _outputs_of_successful(procs)
     return outputs, [load_state(str(out / f"final-{r}.safetensors")) for r in range(3)]
 
 
