@@ -11,6 +11,7 @@ import pytest
 
 from distrib.launch import launch
 from distrib.launch.cli import parse_args
+from distrib.process.ports import reserve_ports
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
 
@@ -114,3 +115,40 @@ def test_the_cli_flag():
     assert parse_args(["launch", "--workers", "2", "--elastic", "--max-restarts", "3", "t.py"]).elastic
     assert not parse_args(["launch", "t.py"]).elastic
     assert parse_args(["launch", "--elastic", "--rejoins", "2", "t.py"]).rejoins == 2
+
+
+JOINING = '''
+import json, os, sys
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+assert os.environ["DISTRIB_ELASTIC_START_WORKERS"] == "2"
+if task == 2:  # one of the workers that join the running job (--workers 2:3); it fails
+    if sys.argv[1] == "after-admission":  # what distrib.comm.elastic does once the chief admitted it
+        open(os.path.join(os.environ["DISTRIB_ELASTIC_LEFT_DIR"], f"joined-{os.getpid()}"), "w").close()
+    sys.exit(1)
+'''
+
+
+def test_a_joiner_that_fails_before_it_was_admitted_ends_nothing(write_script):
+    script = write_script("joining.py", JOINING)
+    result = launch(str(script), ["before-admission"], workers=3, start_workers=2, elastic=True, output="capture",
+                    timeout=90, grace_seconds=2)
+    assert result.returncode == 0, result.output
+    assert "worker 2 failed with exit code 1 before it joined the running job; the job goes on" in result.output
+
+
+def test_a_joiner_that_fails_once_admitted_is_the_jobs_failure(write_script):
+    script = write_script("joining.py", JOINING)
+    result = launch(str(script), ["after-admission"], workers=3, start_workers=2, elastic=True, output="capture",
+                    timeout=90, grace_seconds=2)
+    assert result.returncode == 1, result.output
+    assert "before it joined" not in result.output
+
+
+def test_a_late_node_whose_workers_cannot_join_fails_its_launcher(write_script):
+    """``--nnodes 2:3``: node 2 runs only a joiner; when it fails, nothing else of that node went on."""
+    script = write_script("joining.py", JOINING)
+    result = launch(str(script), ["before-admission"], workers=1, hosts=["127.0.0.1"] * 3, node_rank=2,
+                    master_port=reserve_ports(1)[0], start_workers=2, elastic=True, output="capture", timeout=90,
+                    grace_seconds=2)
+    assert result.returncode == 1, result.output
+    assert "before it joined" not in result.output
