@@ -127,8 +127,8 @@ class WaitForTheLateNode(Callback):
             deadline = time.monotonic() + 200
             # poll: node 1's launcher and its Python start-up take seconds
             while strategy.num_replicas_in_sync < 3 and not strategy.collective.joiners_waiting():
-                assert time.monotonic() < deadline, "node 1 never asked to join"
-                time.sleep(0.05)
+                assert time.monotonic() < deadline, "node 2 never asked to join"
+                time.sleep(0.05)  # poll
 
 
 rs = np.random.RandomState(0)
@@ -163,7 +163,7 @@ def _grow_job(tmp_path, name: str, nnodes: str):
             deadline = time.monotonic() + 300
             while not (out / "training").exists():  # poll: nodes 0 and 1 are training (or failed)
                 assert procs[0].poll() is None and time.monotonic() < deadline, procs[0].communicate()[0][-3000:]
-                time.sleep(0.05)
+                time.sleep(0.05)  # poll
         procs.append(start(2))
         outputs = _outputs_of_successful(procs)
     return outputs, [load_state(str(out / f"final-{r}.safetensors")) for r in range(3)]

@@ -36,7 +36,7 @@ if os.environ.get("START_AFTER") and json.loads(os.environ["TF_CONFIG"])["task"]
     deadline = time.monotonic() + 300
     while not os.path.exists(os.environ["START_AFTER"]):  # poll: worker 2 comes up after the job trained
         assert time.monotonic() < deadline
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll
 strategy = distrib.MultiWorkerMirroredStrategy()
 task = strategy.cluster_resolver.task_id  # the replica id changes when a worker before this one leaves
 
