@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from distrib.comm.elastic.resize import GROW_ENV, START_ENV
 from distrib.process.exit_codes import RESTART_EXIT_CODE, describe_returncode
 from distrib.launch.layout import TaskSpec
 from distrib.launch.output import OutputRouter, pump_lines
@@ -302,7 +303,7 @@ class TaskGroup:
                                    f"{'s' if self.rejoins_left != 1 else ''} left)")
         env = dict(task.launch.env)
         env.pop("DISTRIB_ELASTIC_JOIN", None)
-        env["DISTRIB_ELASTIC_GROW"] = "1"  # distrib.comm.elastic.resize.GROW_ENV
+        env[GROW_ENV] = "1"
         self._tasks[index] = _Task(TaskLaunch(spec, task.launch.command, env))
         self._exit_order = [i for i in self._exit_order if i != index]
         self._tolerated.discard(index)
@@ -365,6 +366,6 @@ class TaskGroup:
 def _joins(launch: TaskLaunch) -> bool:
     """Whether this task starts by joining a running elastic job rather than starting it."""
     env, spec = launch.env, launch.spec
-    start = env.get("DISTRIB_ELASTIC_START_WORKERS", "")  # distrib.comm.elastic.resize.START_ENV
-    return spec.is_training and (env.get("DISTRIB_ELASTIC_GROW") == "1" or (
+    start = env.get(START_ENV, "")
+    return spec.is_training and (env.get(GROW_ENV) == "1" or (
         start.isdigit() and spec.task_type == "worker" and spec.task_index >= int(start)))

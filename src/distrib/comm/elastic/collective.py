@@ -24,22 +24,19 @@ import logging
 import os
 import sys
 import time
-from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
 import torch
 
 from distrib import hooks
-from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
 from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
-from distrib.comm.health import HealthMonitor
 from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
                                       join_generation, leader_of, rebuild_groups)
-from distrib.comm.elastic.membership import Membership
+from distrib.comm.elastic.membership import Membership, open_job_store
 from distrib.comm.elastic.resize import GROW_ENV, starting_tasks
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
@@ -222,16 +219,11 @@ class ElasticCollective(Membership, TorchCollective):
         ``world``: the tasks that started the job; the survivors of a job that changed size since
         name the task of each rank in the generation they open (`join_generation`).
         """
-        host, port = resolver.rendezvous_address
         task, describe = resolver.rank, resolver.describe
         timeout = options.timeout
         start = time.monotonic()
         deadline = start + timeout
-        raw_store = _connect(host, port, world, deadline, describe(task))
-        raw_store.set_timeout(timedelta(seconds=timeout))
-        store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
-        monitor = HealthMonitor(host, port, task, resolver.world_size, timeout, describe,
-                                namespace=attempt_namespace())
+        raw_store, store, monitor = open_job_store(resolver, timeout, deadline, _connect)
         collective = cls(task, world, None, None, monitor, describe, timeout, store)
         collective._raw_store = raw_store
         collective.log = OpLog()
@@ -262,10 +254,7 @@ class ElasticCollective(Membership, TorchCollective):
         if tasks is not None:
             collective._set_members(tasks, rank, gen, describe)
         collective._gen = gen
-        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
-                                    payload["snap_seq"])
-        collective._snapshot = payload["snapshot"]
-        collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        collective._catch_up_from(payload)
         log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
                     "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],
                     len(payload["snapshot"]))

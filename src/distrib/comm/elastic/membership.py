@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -38,7 +38,7 @@ from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested
                                          post_join_request, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
 
-__all__ = ["Membership", "LEFT_DIR_ENV"]
+__all__ = ["Membership", "LEFT_DIR_ENV", "open_job_store"]
 
 log = logging.getLogger("distrib.elastic")
 
@@ -172,17 +172,20 @@ class Membership:
         return super()._tasks_to_wait_for() | set(self._waiting())  # type: ignore[misc]
 
     # ------------------------------------------------------------- joining
+    def _catch_up_from(self, payload: Dict[str, Any]) -> None:
+        """A replacement or joiner: restore the payload's snapshot, then replay the log up to its end."""
+        self._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
+                              payload["snap_seq"])
+        self._snapshot = payload["snapshot"]
+        self.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+
     @classmethod
     def _grow_join(cls, resolver: Any, options: Any, device: torch.device, connect: Callable[..., Any]) -> Any:
         """A joiner's connect: ask the running job to admit this task, then catch up from the chief."""
-        host, port = resolver.rendezvous_address
         task, world, describe = resolver.rank, resolver.world_size, resolver.describe
         timeout = options.timeout
         start = time.monotonic()
-        raw_store = connect(host, port, world, start + timeout, describe(task))
-        raw_store.set_timeout(timedelta(seconds=timeout))
-        store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
-        monitor = HealthMonitor(host, port, task, world, timeout, describe, namespace=attempt_namespace())
+        raw_store, store, monitor = open_job_store(resolver, timeout, start + timeout, connect)
         number = post_join_request(store, task)
         log.warning("distrib: %s asks to join the running job", describe(task))
         admitted = wait_for_admission(store, task, number, start + 4 * timeout, describe(task))
@@ -206,14 +209,23 @@ class Membership:
             raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
         collective._set_members(tasks, rank, gen, describe)
         monitor.forget([t for t in range(world) if t not in tasks])
-        collective._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
-                                    payload["snap_seq"])
-        collective._snapshot = payload["snapshot"]
-        collective.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        collective._catch_up_from(payload)
         log.warning("distrib: %s joined the running job (generation %d, replica %d of %d) in %.2fs; catching up "
                     "to collective #%d from a %d-byte snapshot", describe(task), gen, rank, len(tasks),
                     time.monotonic() - start, payload["until"], len(payload["snapshot"]))
         return collective
+
+
+def open_job_store(resolver: Any, timeout: float, deadline: float,
+                   connect: Callable[..., Any]) -> Tuple[Any, Any, HealthMonitor]:
+    """A replacement's or joiner's ``(raw store, attempt's store, health monitor)`` at the chief's address."""
+    host, port = resolver.rendezvous_address
+    task, world, describe = resolver.rank, resolver.world_size, resolver.describe
+    raw_store = connect(host, port, world, deadline, describe(task))
+    raw_store.set_timeout(timedelta(seconds=timeout))
+    store = torch.distributed.PrefixStore(attempt_namespace(), raw_store)
+    monitor = HealthMonitor(host, port, task, world, timeout, describe, namespace=attempt_namespace())
+    return raw_store, store, monitor
 
 
 def _exit_now(status: int) -> None:
