@@ -198,15 +198,17 @@ def optimizer_step_pre_hook(fn: Callable[..., Any]) -> Handle:
 
 
 def module_registration_hook(kind: str, fn: Callable[..., Any]) -> Handle:
-    """Call ``fn(module, name, value)`` whenever any module registers a ``kind`` (``"parameter"``/``"buffer"``)."""
-    if kind not in ("parameter", "buffer"):
-        raise ValueError(f"module_registration_hook: kind must be 'parameter' or 'buffer', got {kind!r}")
+    """Call ``fn(module, name, value)`` whenever any module registers a ``kind`` (``"parameter"``,
+    ``"buffer"`` or ``"module"``: a submodule)."""
+    if kind not in ("parameter", "buffer", "module"):
+        raise ValueError(f"module_registration_hook: kind must be 'parameter', 'buffer' or 'module', got {kind!r}")
 
     def add() -> Callable[[], None]:
         from torch.nn.modules import module as module_mod
 
-        register = (module_mod.register_module_parameter_registration_hook if kind == "parameter"
-                    else module_mod.register_module_buffer_registration_hook)
+        register = {"parameter": module_mod.register_module_parameter_registration_hook,
+                    "buffer": module_mod.register_module_buffer_registration_hook,
+                    "module": module_mod.register_module_module_registration_hook}[kind]
         return register(fn).remove
     return _install(f"module_{kind}_registration", fn, add)
 

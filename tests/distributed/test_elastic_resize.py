@@ -6,6 +6,10 @@ at that step's end (one agreed vote), the leaver exits 0, the other two
 rebuild their groups and split the *same* global batches two ways. Their final
 weights (and, under ``fit``, the logged history) must equal those of a run
 that kept 3 workers throughout, to float tolerance (summation order differs).
+The models have BatchNorm (global-batch statistics) and Dropout (global-batch
+dropout), whose results would otherwise depend on the number of workers. (The
+linear layer before the BatchNorm has no bias: its gradient is zero up to
+rounding, and Adam would turn that rounding noise into full-size steps.)
 """
 import json
 import os
@@ -72,7 +76,8 @@ from distrib.callbacks.callback import Callback
 
 with strategy.scope():
     torch.manual_seed(0)
-    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16, bias=False), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                              torch.nn.Dropout(0.25), torch.nn.Linear(16, 1)))
     model.compile(optimizer="adam", loss="mse", metrics=["mae"])
 
 
@@ -102,13 +107,15 @@ x = rs.randn(GB * STEPS, 6).astype("float32")
 y = (x @ rs.randn(6, 1)).astype("float32")
 with strategy.scope():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16, bias=False), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.25), torch.nn.Linear(16, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     dataset = strategy.experimental_distribute_dataset(
         distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(GB * STEPS, seed=1).batch(GB).repeat())
     iterator = iter(dataset)
 step_var = distrib.train.Variable(0, dtype=torch.int64)
-checkpoint = distrib.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator, step=step_var)
+checkpoint = distrib.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator, step=step_var,
+                                      rng=distrib.checkpoint.RNGState())  # dropout's generator, for a joiner
 manager = distrib.train.CheckpointManager(checkpoint, os.path.join(out_dir, "ckpt"), max_to_keep=1)
 manager.restore_or_initialize()  # a rejoining worker restores the chief's in-memory snapshot here
 

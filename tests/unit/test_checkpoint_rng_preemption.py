@@ -47,6 +47,18 @@ def test_rng_state_with_a_different_world_size_takes_the_chiefs_and_warns_once()
         rng.load_state_dict(state)  # the second time is silent
 
 
+def test_rng_states_saved_alike_by_every_replica_restore_on_another_count_without_a_warning():
+    torch.manual_seed(5)
+    state = {"world_size": 3, "replicas": [capture_rng_state() for _ in range(3)]}
+    expected = torch.rand(2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RNGState().load_state_dict(state)  # each replica's state was the chief's: nothing differs
+    assert torch.equal(torch.rand(2), expected)
+
+
 @pytest.fixture
 def restore_sigterm():
     previous = signal.getsignal(signal.SIGTERM)

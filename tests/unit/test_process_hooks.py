@@ -54,7 +54,7 @@ def test_bound_methods_of_two_objects_are_two_hooks():
 
 
 def test_a_bad_registration_kind_names_the_choices():
-    with pytest.raises(ValueError, match="'parameter' or 'buffer', got 'grad'"):
+    with pytest.raises(ValueError, match="'parameter', 'buffer' or 'module', got 'grad'"):
         hooks.module_registration_hook("grad", print)
 
 

@@ -66,7 +66,10 @@ class ReplicaState:
             apply_rng_state(mine["rng"])
             return
         # The job grew since the snapshot (elastic): this replica joins it. It had no share of the
-        # epoch's metric sums (they stay with the others: zeros here) and keeps its own generators.
+        # epoch's metric sums (they stay with the others: zeros here). It takes the chief's generators:
+        # in a program that seeds every replica alike they advance alike (global-batch dropout draws
+        # one key per call on every replica), so they are the ones this replica would hold by now.
         first = loads_state(bytes(blobs[0].numpy().tobytes()), name="replica 0's state in a survivor's snapshot")
         self._model.load_state_dict({"module": state["module"], "optimizer": state["optimizer"],
                                      "metrics": first["metrics"], "metrics_aggregated": True})
+        apply_rng_state(first["rng"])

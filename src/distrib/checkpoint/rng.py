@@ -84,7 +84,8 @@ class RNGState:
         return {"world_size": n, "replicas": replicas}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Apply this replica's saved state (the chief's if the world size changed)."""
+        """Apply this replica's saved state (the chief's if the world size changed; a warning unless
+        every replica had saved the same state)."""
         role = self._current()
         n, rank = role.num_replicas_in_sync, role.replica_id
         replicas = state["replicas"]
@@ -92,12 +93,30 @@ class RNGState:
             mine: Optional[Dict[str, Any]] = replicas[rank]
         else:
             mine = replicas[0]
-            if not self._warned:
+            if not self._warned and not _all_alike(replicas):
                 self._warned = True
                 warnings.warn(f"RNG states were saved by {state['world_size']} replicas and are restored on {n}; "
                               "every replica takes the chief's state, so random draws differ from the original run",
                               CheckpointWarning, stacklevel=2)
         apply_rng_state(mine)
+
+
+def _all_alike(replicas: List[Dict[str, Any]]) -> bool:
+    """Whether every replica saved the same generators (a program that seeds them alike): then the
+    chief's state is each replica's, and taking it on another number of replicas changes nothing."""
+    return all(_same(replicas[0], r) for r in replicas[1:])
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def _gather(role: CheckpointRole, own: Dict[str, Any]) -> List[Dict[str, Any]]:

@@ -49,6 +49,12 @@ class CommunicationOptions:
             all-reduce per layer in forward and one in backward), so N replicas
             equal one process. ``False``: local statistics, running statistics
             averaged after each step (tf.distribute's default).
+        global_batch_dropout: torch Dropout layers (``Dropout``,
+            ``Dropout1d/2d/3d``) in a multi-replica scope decide each mask
+            element from the example's place in the global batch, so the
+            masks do not depend on how many replicas share it
+            (`distrib.strategies.global_dropout`). ``False``: torch's own
+            dropout on each replica's rows.
     """
 
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO
@@ -56,6 +62,7 @@ class CommunicationOptions:
     bucket_cap_mb: float = 25.0
     gradient_compression: Optional[str] = None
     sync_batch_norm: bool = True
+    global_batch_dropout: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.implementation, CommunicationImplementation):

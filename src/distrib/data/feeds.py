@@ -55,6 +55,8 @@ class Feed:
 
     #: Size of the global batch the last element came from, where this feed knows it.
     global_size: Optional[int] = None
+    #: The global batch's row where this replica's last element starts, where this feed knows it.
+    first_row: Optional[int] = None
 
     def __init__(self, dataset: Dataset, ctx: IterContext, placement: InputPlacement,
                  state: Optional[dict] = None) -> None:
@@ -99,10 +101,12 @@ class SliceFeed(Feed):
             return None
         self.global_size = element_size(element, _WHAT)
         if self._n == 1:
+            self.first_row = 0
             return [element]
         first = self._p.local_ranks[0]
-        return [slice_element(element, *split_bounds(self.global_size, self._n, first + j))
-                for j in range(self._local)]
+        bounds = [split_bounds(self.global_size, self._n, first + j) for j in range(self._local)]
+        self.first_row = bounds[self._p.local_replica_id][0]
+        return [slice_element(element, lo, hi) for lo, hi in bounds]
 
 
 class PieceFeed(Feed):

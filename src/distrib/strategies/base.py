@@ -34,6 +34,7 @@ from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
 from distrib.hooks import install_excepthook
 from distrib.data.input_context import InputPlacement
+from distrib.data import batch_position
 from distrib.strategies import context, replica_process
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy
@@ -181,8 +182,10 @@ class ReplicatedStrategy(Strategy):
         self._tracker.synchronize()
         if self._grad_sync is not None:
             self._grad_sync.register_hooks()  # parameters unfrozen since the last step
+        position = batch_position.find((args, kwargs))  # the batch's rows in its global batch, if known
         args = map_structure(self._to_device, tuple(args))
         kwargs = map_structure(self._to_device, dict(kwargs or {}))
+        batch_position.set_current(position)
         with context.replica_context(self):
             result = fn(*args, **kwargs)
         self._collective.step_end()  # elastic: workers may leave the job here (an agreed step boundary)

@@ -13,7 +13,10 @@ summed from the step they are unfrozen). Non-trainable floating state
 (buffers, ``requires_grad=False`` parameters) is averaged after each step it
 changed (`distrib.comm.state_sync`), and torch BatchNorm layers normalise
 with global-batch statistics (`distrib.strategies.batch_norm`), so N
-replicas keep the weights and running statistics one process would.
+replicas keep the weights and running statistics one process would; torch
+Dropout layers drop by each example's place in the global batch
+(`distrib.strategies.global_dropout`), so their masks do not depend on the
+number of replicas.
 
 Example:
     >>> with strategy.scope():
@@ -32,6 +35,7 @@ import torch
 from distrib import hooks
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
+from distrib.strategies.global_dropout import use_global_batch_dropout
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
@@ -98,6 +102,7 @@ class ScopeTracker:
         self._hooks = [
             hooks.module_registration_hook("parameter", self._on_parameter),
             hooks.module_registration_hook("buffer", self._on_buffer),
+            hooks.module_registration_hook("module", self._on_submodule),
         ]
 
     def _stop_capture(self) -> None:
@@ -128,6 +133,16 @@ class ScopeTracker:
             return self._place(buffer)
         return None
 
+    def _on_submodule(self, parent: torch.nn.Module, name: str, module):
+        if module is not None and self._captures_here():
+            self._adopt_layer(module)
+        return None
+
+    def _adopt_layer(self, module: torch.nn.Module) -> None:
+        """Layers without state that still depend on the replicas: dropout (`global_dropout`)."""
+        if self._replicated and self._strategy.communication_options.global_batch_dropout:
+            use_global_batch_dropout(module, weakref.ref(self._strategy))
+
     def _add_pending(self, module: torch.nn.Module, kind: str, name: str) -> None:
         with self._lock:
             self._pending.append((weakref.ref(module), kind, name))
@@ -141,6 +156,7 @@ class ScopeTracker:
         """Adopt a module created outside the scope: place it and sync it (idempotent)."""
         module.to(self._strategy.device)
         for mod in module.modules():
+            self._adopt_layer(mod)
             for name, p in mod._parameters.items():
                 if p is not None and id(p) not in self._tracked_param_ids:
                     self._add_pending(mod, "param", name)

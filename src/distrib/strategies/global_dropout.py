@@ -1,0 +1,167 @@
+"""Global-batch dropout: a torch Dropout layer in a multi-replica scope drops by the example's global place.
+
+torch's dropout draws a mask of its input's shape from the process's
+generator, so which units of an example are dropped depends on how many rows
+its replica holds and where the example sits among them: a job split over 2
+replicas drops other units than the same job split over 3, and an elastic job
+that changes size mid-run would stop matching the fixed-size run. Replicas
+seeded alike even draw the *same* mask for row ``i`` of every replica.
+
+In a scope with more than one replica, ``torch.nn.Dropout``, ``Dropout1d``,
+``Dropout2d`` and ``Dropout3d`` layers instead draw each call's key (two
+32-bit words) from the process's generator and decide every mask element with
+a keyed hash of its *global* index: the example's row in the global batch (its
+replica's `batch_position.RowPosition` plus its local row) times the mask's
+elements per row, plus its place in the row. The mask of global row ``i`` is
+therefore the same whichever replica holds it, every replica draws the same
+key (the generators advance by one draw per call on every replica, so seeded
+replicas stay in step), and distinct rows get independent masks. Each element
+is kept with probability ``1 - p`` (to 2**-32) and scaled by ``1 / (1 - p)``,
+as torch does. Recomputation under ``torch.utils.checkpoint`` restores the
+generator, so it draws the same key, finds the place the first computation
+had, and makes the same mask.
+
+When the batch's global place is unknown (a per-worker input: FILE sharding,
+a dataset function; an input not from a distributed dataset) the key is also
+salted with the replica id, so replicas still drop independently.
+``CommunicationOptions(global_batch_dropout=False)`` keeps torch's own dropout.
+
+Example (global batch of 6 rows, p = 0.5): replica 0 of 2 holds rows 0..2 and
+replica 1 rows 3..5; split 3 ways, replica 1 holds rows 2..3. Row 3 gets the
+same mask in both jobs:
+    >>> m = keyed_keep_mask((6, 4), first_row=0, p=0.5, key=(7, 9))
+    >>> torch.equal(keyed_keep_mask((3, 4), 3, 0.5, (7, 9)), m[3:])
+    True
+"""
+from __future__ import annotations
+
+import collections
+import types
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
+
+import torch
+
+from distrib.data import batch_position
+from distrib.strategies import context
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
+__all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask"]
+
+_MARK = "_distrib_global_batch_dropout"
+_M32 = 0xFFFFFFFF
+_M16 = 0xFFFF
+_C1, _C2 = 0x7FEB352D, 0x846CA68B  # the "lowbias32" integer hash's multipliers
+
+#: Channel dropout: the input's batched rank; the mask covers (rows, channels).
+_CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``(x * c) mod 2**32`` for ``0 <= x < 2**32`` in int64 without overflow (16-bit halves)."""
+    return (((x & _M16) * c) + ((((x >> 16) * (c & _M16)) & _M16) << 16)) & _M32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = _mul32(x, _C1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, _C2)
+    return x ^ (x >> 16)
+
+
+def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
+                    device: Optional[torch.device] = None) -> torch.Tensor:
+    """Boolean keep-mask of ``shape`` (rows first) for global rows ``first_row ..``, a pure function of its inputs.
+
+    Args:
+        shape: the mask's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
+        first_row: the global row of the mask's first row.
+        p: the probability of dropping an element.
+        key: two 32-bit words (drawn once per call).
+        salt: 0 where rows are global; else a replica's own stream (replica id + 1).
+    """
+    per_row = 1
+    for d in shape[1:]:
+        per_row *= int(d)
+    rows = int(shape[0]) if len(shape) else 1
+    index = torch.arange(rows * per_row, dtype=torch.int64, device=device) + first_row * per_row
+    h = _mix32((index & _M32) ^ key[0])
+    h = _mix32(h ^ (index >> 32) ^ key[1])
+    if salt:
+        h = _mix32(h ^ (salt & _M32))
+    threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
+    return (h >= threshold).reshape(tuple(shape))
+
+
+def uses_global_batch_dropout(module: torch.nn.Module) -> bool:
+    """True if `use_global_batch_dropout` switched ``module``."""
+    return bool(module.__dict__.get(_MARK, False))
+
+
+def use_global_batch_dropout(module: torch.nn.Module, strategy_of: Callable[[], Optional["Strategy"]]) -> bool:
+    """Make a torch Dropout layer drop by each example's global place; False if not one (idempotent).
+
+    Args:
+        module: any module; ``Dropout`` and ``Dropout1d/2d/3d`` are changed
+            (``AlphaDropout`` and ``FeatureAlphaDropout`` are not).
+        strategy_of: returns the strategy whose replicas share the batch, or
+            None (a weak reference, so the layer keeps no strategy alive).
+    """
+    if type(module) not in (torch.nn.Dropout, *_CHANNEL_RANK) or uses_global_batch_dropout(module):
+        return False
+    module.__dict__[_MARK] = True
+    module.forward = types.MethodType(_make_forward(strategy_of), module)  # type: ignore[method-assign]
+    return True
+
+
+def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[..., torch.Tensor]:
+    def forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        strategy = strategy_of()
+        rank = _CHANNEL_RANK.get(type(self))
+        if (strategy is None or strategy.num_replicas_in_sync <= 1 or not self.training or self.p == 0.0
+                or x.dim() == 0 or (rank is not None and x.dim() != rank)):
+            return type(self).forward(self, x)
+        return _keyed_dropout(x, float(self.p), bool(self.inplace), channels=rank is not None,
+                              replica_id=_replica_id(strategy))
+    return forward
+
+
+def _replica_id(strategy: "Strategy") -> int:
+    ctx = context.get_replica_context()
+    return int(ctx.replica_id_in_sync_group) if ctx is not None else int(strategy.replica_id)
+
+
+def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, replica_id: int) -> torch.Tensor:
+    words = torch.randint(0, 2 ** 32, (2,), dtype=torch.int64).tolist()  # one draw per call on every replica
+    if p >= 1.0:
+        return x.mul_(0.0) if inplace else x * 0.0
+    first_row, salt = _place(words[0], words[1], int(x.shape[0]), replica_id)
+    shape = tuple(x.shape[:2]) + (1,) * (x.dim() - 2) if channels else tuple(x.shape)
+    keep = keyed_keep_mask(shape, first_row, p, (words[0], words[1]), salt=salt, device=x.device)
+    scale = keep.to(x.dtype) * (1.0 / (1.0 - p))
+    return x.mul_(scale) if inplace else x * scale
+
+
+_placed: "collections.OrderedDict[Tuple[int, int, int], Tuple[int, int]]" = collections.OrderedDict()
+_PLACED_KEPT = 4096
+
+
+def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
+    """``(first global row, salt)`` for a call that drew key ``(w0, w1)`` on ``rows`` rows.
+
+    A forward recomputed in the backward pass (activation checkpointing)
+    restores the generator, so it draws the same key again: it gets the
+    place its first computation had, whatever batch is current by then.
+    """
+    entry = (w0, w1, rows)
+    place = _placed.get(entry)
+    if place is None:
+        position = batch_position.current()
+        known = position is not None and rows == position.rows
+        place = (position.first_row, 0) if known else (0, replica_id + 1)  # type: ignore[union-attr]
+        _placed[entry] = place
+        if len(_placed) > _PLACED_KEPT:
+            _placed.popitem(last=False)
+    return place

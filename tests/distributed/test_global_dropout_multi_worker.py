@@ -1,0 +1,91 @@
+"""A model with dropout and BatchNorm trains to the same weights on 2 and on 3 real workers.
+
+Each worker reads the same global batches (DATA sharding) and takes its rows;
+global-batch dropout keys every mask element on the example's row in the
+global batch, and BatchNorm uses global-batch statistics, so how many workers
+share a batch changes nothing but the float summation order. With
+``global_batch_dropout=False`` (torch's own dropout on each replica's rows)
+the two runs differ, which shows the comparison can fail.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import distrib
+from distrib.testing import run_cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+GLOBAL_BATCH, STEPS = 12, 6
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(16, 12), torch.nn.Unflatten(1, (3, 4)), torch.nn.Dropout1d(0.5), torch.nn.Flatten(),
+        torch.nn.Linear(12, 1))
+
+
+def _data():
+    rs = np.random.RandomState(0)
+    x = rs.randn(GLOBAL_BATCH * STEPS, 6).astype("float32")
+    return x, (x @ rs.randn(6, 1)).astype("float32")
+
+
+def custom_loop(dropout_keyed=True):
+    strategy = distrib.MultiWorkerMirroredStrategy(
+        communication_options=distrib.CommunicationOptions(global_batch_dropout=dropout_keyed))
+    x, y = _data()
+    with strategy.scope():
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        dataset = strategy.experimental_distribute_dataset(
+            distrib.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH))
+
+    def step(inputs):
+        xb, yb = inputs
+        loss = distrib.nn.compute_average_loss(((model(xb) - yb) ** 2).sum(1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    losses = [float(strategy.reduce("SUM", strategy.run(step, args=(batch,)), axis=None)) for batch in dataset]
+    return {"replicas": strategy.num_replicas_in_sync, "losses": losses,
+            "final": {k: v.tolist() for k, v in model.state_dict().items()}}
+
+
+def model_fit():
+    strategy = distrib.MultiWorkerMirroredStrategy()
+    x, y = _data()
+    with strategy.scope():
+        model = distrib.Model(_model())
+        model.compile(optimizer=distrib.optimizers.SGD(learning_rate=0.05), loss="mse")
+    history = model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=True, verbose=0)
+    return {"replicas": strategy.num_replicas_in_sync, "losses": history.history["loss"],
+            "final": {k: v.tolist() for k, v in model.module.state_dict().items()}}
+
+
+def _differences(a, b):
+    return [k for k in a if not np.allclose(np.asarray(a[k], dtype=np.float64), np.asarray(b[k], dtype=np.float64),
+                                            rtol=1e-4, atol=1e-5)]
+
+
+@pytest.mark.parametrize("program", [custom_loop, pytest.param(model_fit, marks=pytest.mark.slow)],
+                         ids=["custom-loop", "fit"])
+def test_dropout_and_batch_norm_train_alike_on_two_and_three_workers(program):
+    two = run_cluster(program, num_workers=2, timeout=200)
+    three = run_cluster(program, num_workers=3, timeout=200)
+    assert [w["replicas"] for w in two] == [2, 2] and [w["replicas"] for w in three] == [3, 3, 3]
+    assert all(w["final"] == two[0]["final"] for w in two) and all(w["final"] == three[0]["final"] for w in three)
+    assert _differences(two[0]["final"], three[0]["final"]) == []
+    np.testing.assert_allclose(two[0]["losses"], three[0]["losses"], rtol=1e-4)
+
+
+def test_torchs_own_dropout_differs_between_two_and_three_workers():
+    two = run_cluster(custom_loop, num_workers=2, timeout=200, kwargs={"dropout_keyed": False})
+    three = run_cluster(custom_loop, num_workers=3, timeout=200, kwargs={"dropout_keyed": False})
+    assert _differences(two[0]["final"], three[0]["final"]) != []

@@ -1,0 +1,147 @@
+"""Global-batch dropout: each mask element is a function of the example's global row, not of its replica."""
+import gc
+
+import pytest
+import torch
+import torch.utils.checkpoint
+
+from distrib.data import batch_position
+from distrib.data.batch_position import RowPosition
+from distrib.data.batch_split import split_bounds
+from distrib.strategies import global_dropout
+from distrib.strategies.global_dropout import keyed_keep_mask, use_global_batch_dropout, uses_global_batch_dropout
+
+
+class _FakeStrategy:
+    def __init__(self, replicas=3, replica_id=0):
+        self.num_replicas_in_sync, self.replica_id = replicas, replica_id
+
+
+def _patched(module, strategy):
+    assert use_global_batch_dropout(module, lambda: strategy)
+    return module
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+def test_a_global_batch_split_any_way_gets_the_mask_of_the_whole_batch(parts):
+    whole = keyed_keep_mask((11, 7), 0, 0.4, (123, 456))
+    pieces = []
+    for r in range(parts):
+        lo, hi = split_bounds(11, parts, r)
+        pieces.append(keyed_keep_mask((hi - lo, 7), lo, 0.4, (123, 456)))
+    assert torch.equal(torch.cat(pieces), whole)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_elements_are_kept_with_probability_one_minus_p(p):
+    n = 400_000
+    kept = keyed_keep_mask((n // 100, 100), 0, p, (99, 7)).double().mean().item()
+    sigma = ((1 - p) * p / n) ** 0.5
+    assert abs(kept - (1 - p)) < 5 * sigma
+
+
+def test_rows_keys_and_replicas_get_independent_masks():
+    m = keyed_keep_mask((64, 256), 0, 0.5, (1, 2))
+    same_rows = (m[:-1] == m[1:]).double().mean().item()
+    assert 0.45 < same_rows < 0.55, "neighbouring rows share their masks"
+    other_key = keyed_keep_mask((64, 256), 0, 0.5, (1, 3))
+    assert 0.45 < (m == other_key).double().mean().item() < 0.55
+    salted = [keyed_keep_mask((64, 256), 0, 0.5, (1, 2), salt=r + 1) for r in range(2)]
+    assert 0.45 < (salted[0] == salted[1]).double().mean().item() < 0.55
+
+
+def test_a_replica_drops_its_rows_as_the_whole_batch_would_and_the_gradient_follows_the_mask():
+    x_global = torch.randn(9, 5)
+    outs = {}
+    for parts in (1, 3):
+        pieces = []
+        for r in range(parts):
+            lo, hi = split_bounds(9, parts, r)
+            layer = _patched(torch.nn.Dropout(0.5), _FakeStrategy(max(parts, 2), r))
+            x = x_global[lo:hi].clone().requires_grad_(True)
+            torch.manual_seed(3)  # every replica's generator is in the same state
+            global_dropout._placed.clear()  # each replica is its own process
+            batch_position.set_current(RowPosition(lo, hi - lo))
+            y = layer(x)
+            y.sum().backward()
+            kept = y.detach() != 0
+            assert torch.allclose(y.detach()[kept], 2 * x.detach()[kept])
+            assert torch.equal(x.grad, kept.float() * 2)
+            pieces.append(y.detach())
+        outs[parts] = torch.cat(pieces)
+    assert torch.equal(outs[1], outs[3])
+
+
+def test_channel_dropout_drops_whole_channels_of_the_global_rows():
+    layer = _patched(torch.nn.Dropout2d(0.5), _FakeStrategy())
+    x = torch.ones(4, 6, 3, 3)
+    batch_position.set_current(RowPosition(2, 4))
+    y = layer(x)
+    per_channel = y.reshape(4, 6, 9)
+    assert torch.equal(per_channel.min(-1).values, per_channel.max(-1).values)
+    expected = keyed_keep_mask((6, 6, 1, 1), 0, 0.5, (0, 0))  # shape check only: keys differ
+    assert expected.shape[:2] == (6, 6)
+
+
+def test_an_unknown_position_gives_each_replica_its_own_masks():
+    batch_position.set_current(None)
+    x = torch.ones(8, 64)
+    ys = []
+    for r in range(2):
+        torch.manual_seed(0)
+        global_dropout._placed.clear()
+        ys.append(_patched(torch.nn.Dropout(0.5), _FakeStrategy(2, r))(x))
+    assert 0.4 < (ys[0] == ys[1]).double().mean().item() < 0.6
+
+
+def test_evaluation_a_zero_rate_and_one_replica_use_torchs_own_path():
+    x = torch.randn(4, 3)
+    layer = _patched(torch.nn.Dropout(0.5), _FakeStrategy())
+    assert torch.equal(layer.eval()(x), x)
+    assert torch.equal(_patched(torch.nn.Dropout(0.0), _FakeStrategy())(x), x)
+    one = _patched(torch.nn.Dropout(0.5), _FakeStrategy(replicas=1))
+    torch.manual_seed(4)
+    expected = torch.nn.functional.dropout(x, 0.5)
+    torch.manual_seed(4)
+    assert torch.equal(one(x), expected)
+
+
+def test_only_torchs_plain_and_channel_dropout_layers_are_switched():
+    assert not use_global_batch_dropout(torch.nn.AlphaDropout(0.5), lambda: _FakeStrategy())
+    assert not use_global_batch_dropout(torch.nn.Linear(2, 2), lambda: _FakeStrategy())
+    layer = torch.nn.Dropout1d(0.2)
+    assert use_global_batch_dropout(layer, lambda: _FakeStrategy())
+    assert uses_global_batch_dropout(layer) and not use_global_batch_dropout(layer, lambda: _FakeStrategy())
+
+
+def test_recomputation_under_activation_checkpointing_draws_the_same_mask():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 6)
+    drop = _patched(torch.nn.Dropout(0.5), _FakeStrategy())
+    x = torch.randn(5, 6)
+
+    def block(t):
+        return drop(lin(t)).relu()
+
+    grads = []
+    for checkpointed in (False, True):
+        lin.zero_grad()
+        torch.manual_seed(11)
+        batch_position.set_current(RowPosition(0, 5))
+        out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+        batch_position.set_current(RowPosition(0, 1))  # another step's position, when the backward recomputes
+        out.sum().backward()
+        grads.append(lin.weight.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+def test_a_noted_batch_is_found_while_it_lives_and_forgotten_after():
+    batch = (torch.zeros(3, 2), torch.zeros(3))
+    batch_position.note(batch, RowPosition(6, 3))
+    assert batch_position.find(((batch,), {})) == RowPosition(6, 3)
+    assert batch_position.find((torch.zeros(3, 2),)) is None
+    batch_position.note(torch.zeros(2, 2), RowPosition(0, 3))  # rows disagree: not noted
+    key = id(batch[0])
+    del batch
+    gc.collect()
+    assert key not in batch_position._positions
