@@ -32,6 +32,14 @@ def test_a_global_batch_split_any_way_gets_the_mask_of_the_whole_batch(parts):
     assert torch.equal(torch.cat(pieces), whole)
 
 
+def test_element_indices_beyond_32_bits_still_split_alike():
+    first = 2 ** 29 - 3  # rows of 8 elements: the indices cross 2**32 between the two halves
+    whole = keyed_keep_mask((6, 8), first, 0.5, (5, 6))
+    assert torch.equal(torch.cat([keyed_keep_mask((3, 8), first, 0.5, (5, 6)),
+                                  keyed_keep_mask((3, 8), first + 3, 0.5, (5, 6))]), whole)
+    assert 0.3 < whole.double().mean().item() < 0.7
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_elements_are_kept_with_probability_one_minus_p(p):
     n = 400_000

@@ -51,23 +51,20 @@ __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_
 
 _MARK = "_distrib_global_batch_dropout"
 _M32 = 0xFFFFFFFF
-_M16 = 0xFFFF
-_C1, _C2 = 0x7FEB352D, 0x846CA68B  # the "lowbias32" integer hash's multipliers
+# Odd multipliers below 2**31 (the "lowbias32" hash's, top bit cleared): a product with a 32-bit
+# value stays below 2**63, so int64 arithmetic never overflows, on any device.
+_C1, _C2 = 0x7FEB352D, 0x046CA68B
 
 #: Channel dropout: the input's batched rank; the mask covers (rows, channels).
 _CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``(x * c) mod 2**32`` for ``0 <= x < 2**32`` in int64 without overflow (16-bit halves)."""
-    return (((x & _M16) * c) + ((((x >> 16) * (c & _M16)) & _M16) << 16)) & _M32
-
-
 def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output."""
     x = x ^ (x >> 16)
-    x = _mul32(x, _C1)
+    x = (x * _C1) & _M32
     x = x ^ (x >> 15)
-    x = _mul32(x, _C2)
+    x = (x * _C2) & _M32
     return x ^ (x >> 16)
 
 
@@ -86,9 +83,13 @@ def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[i
     for d in shape[1:]:
         per_row *= int(d)
     rows = int(shape[0]) if len(shape) else 1
-    index = torch.arange(rows * per_row, dtype=torch.int64, device=device) + first_row * per_row
-    h = _mix32((index & _M32) ^ key[0])
-    h = _mix32(h ^ (index >> 32) ^ key[1])
+    start = first_row * per_row
+    index = torch.arange(start, start + rows * per_row, dtype=torch.int64, device=device)
+    wide = start + rows * per_row > 2 ** 32
+    h = _mix32(((index & _M32) if wide else index) ^ key[0])
+    if wide:
+        h = h ^ (index >> 32)
+    h = _mix32(h ^ key[1])
     if salt:
         h = _mix32(h ^ (salt & _M32))
     threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
