@@ -69,9 +69,13 @@ def test_only_data_sharding_can_follow_a_resize():
 
 def test_the_vote_is_one_entry_per_task_and_the_chief_never_leaves():
     others = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)  # what worker 1 contributes
-    assert membership_votes(lambda t: t + others, task=0, tasks=3, wants=True) == ([1], [])  # the chief: ignored
-    assert membership_votes(lambda t: t, task=2, tasks=3, wants=True) == ([2], [])
-    assert membership_votes(lambda t: t, task=0, tasks=3, wants=False, admit=[1]) == ([], [1])
+    others = torch.cat([others, torch.zeros(1, dtype=torch.float64)])  # and no snapshot wish
+    assert membership_votes(lambda t: t + others, task=0, tasks=3, wants=True) == ([1], [], False)  # the chief: ignored
+    assert membership_votes(lambda t: t, task=2, tasks=3, wants=True) == ([2], [], False)
+    assert membership_votes(lambda t: t, task=0, tasks=3, wants=False, admit=[1]) == ([], [1], False)
+    # only the chief's snapshot wish counts: it holds no snapshot since the job changed size
+    assert membership_votes(lambda t: t, task=0, tasks=3, wants=False, snapshot=True).snapshot
+    assert not membership_votes(lambda t: t, task=1, tasks=3, wants=False, snapshot=True).snapshot
     assert next_members([0, 1, 2], leave=[1], join=[]) == [0, 2]
     assert next_members([0, 2], leave=[], join=[1]) == [0, 1, 2]
 

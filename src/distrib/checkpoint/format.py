@@ -44,6 +44,8 @@ __all__ = [
     "UnsafeFileError",
     "dumps_state",
     "loads_state",
+    "freeze_state",
+    "FrozenState",
     "save_state",
     "load_state",
 ]
@@ -212,6 +214,71 @@ def dumps_state(state: Any) -> bytes:
         return _st_save(enc.tensors, metadata=meta)
     except (ValueError, KeyError, SafetensorError) as e:
         raise TypeError(f"cannot save state: safetensors refused it: {e}") from e
+
+
+class FrozenState:
+    """A copy of a state, taken now and serialised only if its bytes are asked for (``bytes(frozen)``).
+
+    An elastic job keeps a snapshot of the training state every few steps
+    and sends one only when a worker must be replaced: copying the tensors
+    (a memory copy) costs a tenth of serialising them, and the bytes come out
+    as `dumps_state` would have written them when the copy was taken.
+
+    Example:
+        >>> frozen = freeze_state({"w": w})     # w changes afterwards
+        >>> loads_state(bytes(frozen))["w"]      # the value w had when frozen
+    """
+
+    __slots__ = ("_state", "_bytes")
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+        self._bytes: Any = None
+
+    def __bytes__(self) -> bytes:
+        if self._bytes is None:
+            self._bytes, self._state = dumps_state(self._state), None
+        return self._bytes
+
+
+def freeze_state(state: Any) -> FrozenState:
+    """A `FrozenState` of ``state``: tensors copied to the CPU, arrays and containers copied.
+
+    Raises:
+        TypeError: what `dumps_state` would refuse, named by its path, now rather than at serialisation.
+    """
+    return FrozenState(_copy(state, "state"))
+
+
+def _copy(value: Any, path: str) -> Any:
+    if isinstance(value, np.generic) or value is None or isinstance(value, (bool, int, str, float)):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.is_sparse or value.layout != torch.strided:
+            raise TypeError(f"cannot save {path}: only dense (strided) tensors are supported, got {value.layout}")
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise TypeError(f"cannot save {path}: numpy arrays of dtype object are not supported")
+        return value.copy()
+    if isinstance(value, dict):
+        out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
+        for k, v in value.items():
+            if k is not None and not isinstance(k, (str, int, float, bool)):
+                raise TypeError(f"cannot save {path}: dict key {k!r} of type {type(k).__qualname__} is not supported")
+            out[k] = _copy(v, f"{path}/{k}")
+        meta = getattr(value, "_metadata", None)
+        if meta is not None:
+            out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
+        return out
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_copy(v, f"{path}/{i}") for i, v in enumerate(value))
+    if isinstance(value, list):
+        return [_copy(v, f"{path}/{i}") for i, v in enumerate(value)]
+    raise TypeError(
+        f"cannot save {path}: type {type(value).__qualname__} is not supported "
+        "(use tensors, numpy arrays, int, float, bool, str, None, list, tuple, dict)"
+    )
 
 
 def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:

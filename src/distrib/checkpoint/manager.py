@@ -39,7 +39,7 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
-from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.format import freeze_state, loads_state
 from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
@@ -258,7 +258,7 @@ class CheckpointManager:
         role = resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
         keep = getattr(role.collective, "keep_snapshot", None)
         if keep is not None:
-            keep(lambda: dumps_state(self._snapshot_checkpoint.state_dict()))
+            keep(lambda: freeze_state(self._snapshot_checkpoint.state_dict()))  # serialised if ever sent
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:

@@ -3,8 +3,8 @@
 Opt-in: ``distrib launch --elastic`` sets ``DISTRIB_ELASTIC=1`` in every task
 (set it yourself under another launcher). Then every
 `MultiWorkerMirroredStrategy` task logs its collectives' results and keeps
-in-memory snapshots (each `BackupAndRestore` step, each
-`CheckpointManager.save`); when a task dies, the others wait at the failed
+in-memory snapshots (every `snapshot_every` steps of a `BackupAndRestore`
+fit, each `CheckpointManager.save`); when a task dies, the others wait at the failed
 collective, the launcher starts only the lost task again, and that
 replacement re-executes from a survivor's snapshot with every collective
 answered from the survivor's log until it stands where the survivors wait.
@@ -19,15 +19,19 @@ Example:
     True
     >>> elastic_enabled({})
     False
+    >>> snapshot_every({"DISTRIB_ELASTIC_SNAPSHOT_EVERY": "4"})
+    4
 """
 from __future__ import annotations
 
 import os
 from typing import Mapping, Optional
 
+from distrib.comm.errors import DistribCommError
 from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave
 
-__all__ = ["ELASTIC_ENV", "elastic_enabled", "request_leave", "leave_requested", "leave_on_signal"]
+__all__ = ["ELASTIC_ENV", "SNAPSHOT_EVERY_ENV", "DEFAULT_SNAPSHOT_EVERY", "elastic_enabled", "snapshot_every",
+           "request_leave", "leave_requested", "leave_on_signal"]
 
 #: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
 ELASTIC_ENV = "DISTRIB_ELASTIC"
@@ -37,3 +41,32 @@ def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether this task runs with elastic recovery (``DISTRIB_ELASTIC=1``)."""
     env = os.environ if environ is None else environ
     return env.get(ELASTIC_ENV, "").strip() == "1"
+
+
+#: Steps between the in-memory snapshots `BackupAndRestore` keeps under elastic training.
+SNAPSHOT_EVERY_ENV = "DISTRIB_ELASTIC_SNAPSHOT_EVERY"
+#: A snapshot copies the model and optimizer state and gathers every replica's generators; a
+#: replacement replays at most this many steps minus one from the log, which holds their results.
+DEFAULT_SNAPSHOT_EVERY = 10
+
+
+def snapshot_every(environ: Optional[Mapping[str, str]] = None) -> int:
+    """Steps between `BackupAndRestore`'s elastic snapshots (``DISTRIB_ELASTIC_SNAPSHOT_EVERY``, default 10).
+
+    Every task of the job must see the same value (the launcher passes its environment to all).
+
+    Raises:
+        DistribCommError: not a whole number of at least 1.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(SNAPSHOT_EVERY_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SNAPSHOT_EVERY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise DistribCommError(f"{SNAPSHOT_EVERY_ENV}={raw!r}: the steps between elastic snapshots must be a "
+                               f"whole number of at least 1")
+    return value

@@ -72,8 +72,13 @@ class ElasticCollective(Membership, TorchCollective):
         return collective
 
     # ---------------------------------------------------------- snapshots
-    def keep_snapshot(self, state: Callable[[], bytes]) -> None:
-        """Keep ``state()`` (a checkpoint's bytes) as the newest in-memory snapshot (every task calls it)."""
+    def keep_snapshot(self, state: Callable[[], Any]) -> None:
+        """Keep ``state()`` as the newest in-memory snapshot (every task calls it).
+
+        ``state()`` returns a checkpoint's bytes, or an object whose ``bytes()``
+        are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
+        only if a replacement or joiner is sent it).
+        """
         data = state()
         if self._replay is not None and self._replay.in_startup:
             return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
@@ -84,7 +89,7 @@ class ElasticCollective(Membership, TorchCollective):
         data, self._snapshot = self._snapshot, None
         if data is not None and self._replay is not None:
             self._replay.restored = True
-        return data
+        return None if data is None else bytes(data)
 
     def step_boundary(self) -> None:
         self.apply_pending_resize()

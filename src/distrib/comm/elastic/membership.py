@@ -55,6 +55,8 @@ class Membership:
     _resize_listeners: Optional[List[Callable[[List[bool]], None]]] = None
     _chief_refused = False
     _pending: Optional[tuple] = None  # (leave, join) agreed at the last step's end, applied before the next
+    _snapshot_wanted: bool = False  # the last vote asked for a snapshot
+    _joined_late: bool = False  # a joiner (not a replacement): its replayed steps were not its own
     _admitted: Optional[Dict[int, int]] = None  # the chief: each task's last admitted request number
     _describe_task: Optional[Callable[[int], str]] = None  # names by task, once ranks were renumbered
 
@@ -62,9 +64,9 @@ class Membership:
     def step_end(self) -> None:
         """Agree who leaves and who joins after this step (one small all-reduce)."""
         admit_now = self._joiners_to_admit() if self._rank == 0 else []
-        leave, join = membership_votes(lambda t: self.control_all_reduce(t, ReduceOp.SUM),
-                                       self._task_rank(self._rank), self._max_world or self._world_size,
-                                       admit=admit_now)
+        leave, join, self._snapshot_wanted = membership_votes(
+            lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._task_rank(self._rank),
+            self._max_world or self._world_size, admit=admit_now, snapshot=self._rank == 0 and not self.log.snapshots)
         if self._rank == 0 and leave_requested() and not self._chief_refused:
             self._chief_refused = True
             log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
@@ -73,12 +75,21 @@ class Membership:
         if leave or join:
             self._pending = (leave, join)
 
+    def replaying_before_it_joined(self) -> bool:
+        """True while a joiner replays the steps before its admission: the members computed all of
+        them, so what it computes there (metric sums) must not count a second time."""
+        return self._joined_late and self._replay is not None
+
+    def snapshot_wanted(self) -> bool:
+        """Whether the last step's vote asks for a snapshot now (none kept since the job changed size)."""
+        return self._snapshot_wanted
+
     def _joiners_to_admit(self) -> List[int]:
         snaps = self.log.snapshots
         if not snaps or snaps[-1].mark != self.log.step_start or self._replay is not None:
-            # A joiner starts from the snapshot kept just before this step (every training step of
-            # fit, the first step after a custom loop's save()): not during fit's validation, and
-            # not before a snapshot since the last resize.
+            # A joiner starts from the snapshot kept just before this step (every few steps of fit,
+            # the first step after a custom loop's save()): not during fit's validation, and not
+            # before a snapshot since the last resize.
             return []
         return self._waiting()
 
@@ -210,6 +221,7 @@ class Membership:
         collective._set_members(tasks, rank, gen, describe)
         monitor.forget([t for t in range(world) if t not in tasks])
         collective._catch_up_from(payload)
+        collective._joined_late = True
         log.warning("distrib: %s joined the running job (generation %d, replica %d of %d) in %.2fs; catching up "
                     "to collective #%d from a %d-byte snapshot", describe(task), gen, rank, len(tasks),
                     time.monotonic() - start, payload["until"], len(payload["snapshot"]))

@@ -52,10 +52,14 @@ class Entry:
 
 @dataclass
 class Snapshot:
-    """A checkpoint state kept in memory: taken at ``seq``; ``mark`` is the seq of the next step."""
+    """A checkpoint state kept in memory: taken at ``seq``; ``mark`` is the seq of the next step.
+
+    ``data`` is the state's bytes, or an object that gives them with ``bytes(data)`` when asked
+    (serialised only if the snapshot is ever sent).
+    """
 
     seq: int
-    data: bytes
+    data: Any
     mark: Optional[int] = None
 
 
@@ -85,7 +89,7 @@ class OpLog:
             if snap.mark is None:
                 snap.mark = self.seq
 
-    def keep_snapshot(self, data: bytes, seq: Optional[int] = None, mark: Optional[int] = None) -> None:
+    def keep_snapshot(self, data: Any, seq: Optional[int] = None, mark: Optional[int] = None) -> None:
         """Keep ``data`` as the newest snapshot; drop what the oldest kept one no longer needs."""
         self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark))
         del self.snapshots[:-_KEEP_SNAPSHOTS]
@@ -241,7 +245,7 @@ def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
                                "BackupAndRestore or CheckpointManager.save() before the failure)")
         else:
             since = min(since, snap.seq)
-            header.update(mark=snap.mark, snap_seq=snap.seq, snapshot=writer.add(snap.data),
+            header.update(mark=snap.mark, snap_seq=snap.seq, snapshot=writer.add(bytes(snap.data)),
                           startup=writer.entries(log.startup))
     header["entries"] = writer.entries(log.entries_between(since, until))
     head = json.dumps(header).encode()

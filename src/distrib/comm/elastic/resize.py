@@ -41,14 +41,14 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 
-__all__ = ["request_leave", "leave_requested", "leave_on_signal", "membership_votes", "next_members", "changes_to_make",
+__all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "next_members", "changes_to_make",
            "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "GROW_ENV",
            "START_ENV"]
 
@@ -116,22 +116,37 @@ def leave_on_signal(signum: int = signal.SIGTERM) -> Callable[..., Any]:
     return hooks.install_signal_handler(signum, lambda *_: request_leave())
 
 
+class Vote(NamedTuple):
+    """What every rank learns at a step's end: who leaves, who joins, whether to keep a snapshot now."""
+
+    leave: List[int]
+    join: List[int]
+    snapshot: bool
+
+
 def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: int, tasks: int,
-                     wants: Optional[bool] = None, admit: Sequence[int] = ()) -> Tuple[List[int], List[int]]:
-    """``(tasks that leave, tasks that join)`` after this step, the same on every rank (one all-reduce).
+                     wants: Optional[bool] = None, admit: Sequence[int] = (), snapshot: bool = False) -> Vote:
+    """The `Vote` after this step, the same on every rank (one all-reduce).
 
     One entry per task of the cluster (``tasks``, its size at the start, the
     most workers it can have): a task that wants to leave adds 1 at its own
     entry (the chief, ``task`` 0, never does); the chief adds -1 at each
-    task it admits (``admit``: joiners waiting in the store).
+    task it admits (``admit``: joiners waiting in the store). A last entry
+    carries the chief's ``snapshot`` wish (it holds no snapshot since the job
+    changed size), which `BackupAndRestore` follows on every rank: a replica
+    that replays this step reads the same answer from the log.
     """
-    flags = torch.zeros(tasks, dtype=torch.float64)
+    flags = torch.zeros(tasks + 1, dtype=torch.float64)
     if (leave_requested() if wants is None else wants) and task != 0:
         flags[task] = 1.0
     for t in admit:
         flags[t] = -1.0
+    if snapshot and task == 0:
+        flags[tasks] = 1.0
     summed = all_reduce(flags).tolist()
-    return [t for t, v in enumerate(summed) if v > 0], [t for t, v in enumerate(summed) if v < 0]
+    votes = summed[:tasks]
+    return Vote([t for t, v in enumerate(votes) if v > 0], [t for t, v in enumerate(votes) if v < 0],
+                summed[tasks] > 0)
 
 
 def next_members(members: Sequence[int], leave: Sequence[int], join: Sequence[int]) -> List[int]:
