@@ -40,6 +40,8 @@ class Collective(abc.ABC):
     """Collective operations among the replicas of one job."""
 
     _step_flag: Optional[StepFlag] = None
+    #: True for a collective whose membership can change while the job runs (`distrib.comm.elastic`).
+    elastic: bool = False
 
     @property
     @abc.abstractmethod

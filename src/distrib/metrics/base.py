@@ -27,15 +27,22 @@ Example:
 Subclasses register state with `add_state` (or Keras's `add_variable`),
 implement `update_state`, and compute their value in `result_from_states`
 from a dict of state tensors, so the same code serves local and global
-results. States are summed across replicas.
+results. States are summed across replicas. In an elastic job, workers that
+leave hand their sums to replica 0 first (`distrib.metrics.elastic_fold`),
+and a joiner's updates
+while it replays the steps before its admission are skipped (the members
+counted those examples; `distrib.comm.elastic.replaying_before_joining`).
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import torch
 
 from distrib.comm.collective import ReduceOp
+from distrib.comm.elastic import replaying_before_joining
+from distrib.metrics.elastic_fold import register_for_resizes
 from distrib.metrics.packing import pack, unpack
 from distrib.strategies.default import get_strategy
 from distrib.strategies.interface import StrategyBoundState
@@ -72,12 +79,19 @@ class Metric(StrategyBoundState):
     #: True for metrics that create (some of) their state at the first update, when shapes are known.
     builds_state_on_first_update: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        update = cls.__dict__.get("update_state")
+        if update is not None and not getattr(update, "_skips_joiner_replay", False):
+            cls.update_state = _skipping_joiner_replay(update)  # type: ignore[method-assign]
+
     def __init__(self, name: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> None:
         self.name = name or snake_case(type(self).__name__)
         self.dtype = dtype or torch.float32
         self._state_names: List[str] = []
         self._state_init: Dict[str, float] = {}
         self._strategy = get_strategy()
+        register_for_resizes(self)
 
     # ------------------------------------------------------------- state
     @property
@@ -205,3 +219,13 @@ class Metric(StrategyBoundState):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _skipping_joiner_replay(update: Any) -> Any:
+    @functools.wraps(update)
+    def update_state(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        if replaying_before_joining(getattr(self._strategy, "collective", None)):
+            return None
+        return update(self, *args, **kwargs)
+    update_state._skips_joiner_replay = True  # type: ignore[attr-defined]
+    return update_state

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
+from distrib.comm.elastic import replaying_before_joining
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.utils.nest import flatten, map_structure
 
@@ -189,16 +190,10 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not _replaying_before_joining(loop):
+    if not replaying_before_joining(getattr(loop.strategy, "collective", None)):  # an elastic joiner: the members counted these examples
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss
-
-
-def _replaying_before_joining(loop: "LoopHost") -> bool:
-    """An elastic joiner catching up on the step that admitted it: the members counted its examples."""
-    check = getattr(getattr(loop.strategy, "collective", None), "replaying_before_it_joined", None)
-    return bool(check()) if check is not None else False
 
 
 def _loss_scaler(loop: "LoopHost") -> Any:

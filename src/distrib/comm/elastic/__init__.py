@@ -25,12 +25,13 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from distrib.comm.errors import DistribCommError
 from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave
 
 __all__ = ["ELASTIC_ENV", "SNAPSHOT_EVERY_ENV", "DEFAULT_SNAPSHOT_EVERY", "elastic_enabled", "snapshot_every",
+           "replaying_before_joining",
            "request_leave", "leave_requested", "leave_on_signal"]
 
 #: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
@@ -70,3 +71,16 @@ def snapshot_every(environ: Optional[Mapping[str, str]] = None) -> int:
         raise DistribCommError(f"{SNAPSHOT_EVERY_ENV}={raw!r}: the steps between elastic snapshots must be a "
                                f"whole number of at least 1")
     return value
+
+
+def replaying_before_joining(collective: Any) -> bool:
+    """Whether ``collective`` (a strategy's; None is fine) is an elastic joiner's, replaying the
+    steps before its admission.
+
+    The members computed every example of those steps; what the joiner
+    computes there only rebuilds its state, so metric updates skip them
+    (`fit`'s and every `distrib.metrics.Metric`'s), or the examples would
+    count twice. False for any other task and collective.
+    """
+    check = getattr(collective, "replaying_before_it_joined", None)
+    return bool(check()) if check is not None else False

@@ -51,6 +51,7 @@ _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 class ElasticCollective(Membership, TorchCollective):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
+    elastic = True
     log: OpLog
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None

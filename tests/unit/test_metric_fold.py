@@ -1,0 +1,62 @@
+"""Before workers leave an elastic job, every metric's sums move to replica 0 (one all-reduce)."""
+import pytest
+import torch
+
+from distrib.metrics import Mean
+from distrib.metrics.elastic_fold import MetricFold, register_for_resizes
+
+
+class _Collective:
+    """Stands in for replica ``rank`` of an elastic job whose other replicas hold ``others``."""
+
+    elastic = True
+
+    def __init__(self, rank, others):
+        self.rank, self.others, self.listeners, self.calls = rank, others, [], 0
+
+    def all_reduce(self, tensor, op):
+        self.calls += 1
+        return tensor + self.others
+
+    def add_resize_listener(self, listener):
+        self.listeners.append(listener)
+
+
+class _Strategy:
+    def __init__(self, collective):
+        self.collective = collective
+
+
+def _metrics(values):
+    a, b = Mean(), Mean()
+    a.update_state(torch.tensor(values))
+    b.update_state(torch.tensor([10.0]))
+    return a, b
+
+
+def test_replica_0_takes_every_replicas_sums_and_the_others_keep_zeros_in_one_all_reduce():
+    for rank in (0, 1):
+        a, b = _metrics([1.0, 2.0])
+        # the other replicas: Mean a saw 3 examples summing to 9, Mean b 1 example of 5
+        collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
+        fold = MetricFold(collective)
+        fold.metrics += [a, b]
+        fold([False, True])
+        assert collective.calls == 1
+        if rank == 0:
+            assert float(a.local_result()) == pytest.approx(12 / 5) and float(b.local_result()) == 15 / 2
+        else:
+            assert all(float(t) == 0.0 for m in (a, b) for t in m.state_tensors().values())
+
+
+def test_only_metrics_of_an_elastic_job_are_registered_once_per_collective():
+    elastic = _Collective(0, torch.zeros(2, dtype=torch.float64))
+    fixed = _Collective(0, torch.zeros(2, dtype=torch.float64))
+    fixed.elastic = False
+    for collective in (elastic, fixed):
+        for _ in range(2):
+            m = Mean()
+            m.distribute_strategy = _Strategy(collective)
+            register_for_resizes(m)
+    assert len(elastic.listeners) == 1 and len(elastic.listeners[0].metrics) == 2
+    assert fixed.listeners == []
