@@ -145,10 +145,12 @@ def test_recomputation_under_activation_checkpointing_draws_the_same_mask():
 
 def test_a_noted_batch_is_found_while_it_lives_and_forgotten_after():
     batch = (torch.zeros(3, 2), torch.zeros(3))
-    batch_position.note(batch, RowPosition(6, 3))
+    batch_position.note(batch, 6)
     assert batch_position.find(((batch,), {})) == RowPosition(6, 3)
     assert batch_position.find((torch.zeros(3, 2),)) is None
-    batch_position.note(torch.zeros(2, 2), RowPosition(0, 3))  # rows disagree: not noted
+    strings = (["a", "b"],)
+    batch_position.note(strings, 0)  # no tensor: nothing to key on, nothing noted
+    assert batch_position.find((strings,)) is None
     key = id(batch[0])
     del batch
     gc.collect()

@@ -9,7 +9,7 @@ rows its input holds (`distrib.strategies.global_dropout`). The record is
 weak: it goes away with the batch's tensors.
 
 Example (3 replicas, a global batch of 10 rows; replica 1 holds rows 4..6):
-    >>> note(batch, RowPosition(first_row=4, rows=3))
+    >>> note(batch, 4)                     # batch: a tuple of tensors of 3 rows
     >>> set_current(find((batch,)))
     >>> current()
     RowPosition(first_row=4, rows=3)
@@ -55,11 +55,16 @@ def _leading(value: Any) -> Optional[torch.Tensor]:
     return None
 
 
-def note(batch: Any, position: RowPosition) -> None:
-    """Record ``position`` for ``batch`` (its first tensor with a batch dimension), for as long as it lives."""
+def note(batch: Any, first_row: int) -> None:
+    """Record that ``batch`` starts at global row ``first_row``, for as long as it lives.
+
+    The record is keyed on the batch's first tensor with a batch dimension;
+    a batch without one (strings only) is not recorded.
+    """
     tensor = _leading(batch)
-    if tensor is None or int(tensor.shape[0]) != position.rows:
+    if tensor is None:
         return
+    position = RowPosition(int(first_row), int(tensor.shape[0]))
     key = id(tensor)
     ref = weakref.ref(tensor, lambda _ref, key=key: _forget(key))
     with _lock:

@@ -38,8 +38,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from distrib.data import batch_position
-from distrib.data.batch_position import RowPosition
-from distrib.data.batch_split import global_batch_size, leading_rows
+from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
 from distrib.data.dataset import Dataset
 from distrib.data.feeds import EMPTY, FEEDS, Feed
@@ -209,7 +208,7 @@ class DistributedIterator:
         if self._device is not None:
             value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
                                if isinstance(t, torch.Tensor) else t, value)
-        batch_position.note(value, RowPosition(first_row, leading_rows(value)))
+        batch_position.note(value, first_row)
         return value
 
     def _reshard(self, placement: InputPlacement) -> None:
