@@ -155,3 +155,44 @@ def test_a_noted_batch_is_found_while_it_lives_and_forgotten_after():
     del batch
     gc.collect()
     assert key not in batch_position._positions
+
+
+class _Sync:
+    state = None
+
+    def add_parameters(self, params):
+        pass
+
+
+class _TwoReplicaCollective:
+    world_size = 2
+
+    def broadcast(self, tensor, src=0):
+        return tensor
+
+
+class _Owner:
+    """Just enough of a 2-replica strategy for a `ScopeTracker`."""
+
+    def __init__(self, **options):
+        from distrib.comm.options import CommunicationOptions
+
+        self.device = torch.device("cpu")
+        self.collective = _TwoReplicaCollective()
+        self.communication_options = CommunicationOptions(**options)
+        self.num_replicas_in_sync, self.replica_id = 2, 0
+
+    def _gradient_synchronizer(self):
+        return _Sync()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_multi_replica_scope_switches_dropout_layers_unless_told_not_to(on):
+    from distrib.strategies.replication import ScopeTracker
+
+    tracker = ScopeTracker(_Owner(global_batch_dropout=on))
+    with tracker.scope():
+        inside = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5), torch.nn.Dropout2d(0.5))
+    outside = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    tracker.track_module(outside)
+    assert [uses_global_batch_dropout(m) for m in (inside[1], inside[2], outside[0])] == [on] * 3
