@@ -61,6 +61,26 @@ class UnsafeFileError(DistribError, ValueError):
 
 
 # ----------------------------------------------------------------- encoding
+def _check_tensor(path: str, tensor: torch.Tensor) -> None:
+    if tensor.is_sparse or tensor.layout != torch.strided:
+        raise TypeError(f"cannot save {path}: only dense (strided) tensors are supported, got {tensor.layout}")
+
+
+def _check_array(path: str, array: np.ndarray) -> None:
+    if array.dtype == object:
+        raise TypeError(f"cannot save {path}: numpy arrays of dtype object are not supported")
+
+
+def _check_key(path: str, key: Any) -> None:
+    if key is not None and not isinstance(key, (str, int, float, bool)):
+        raise TypeError(f"cannot save {path}: dict key {key!r} of type {type(key).__qualname__} is not supported")
+
+
+def _unsupported(path: str, value: Any) -> TypeError:
+    return TypeError(f"cannot save {path}: type {type(value).__qualname__} is not supported "
+                     "(use tensors, numpy arrays, int, float, bool, str, None, list, tuple, dict)")
+
+
 class _Encoder:
     """Turns a nested state into (JSON skeleton, {name: tensor})."""
 
@@ -78,8 +98,7 @@ class _Encoder:
         if isinstance(value, torch.Tensor):
             return {"tensor": self._add(path, value)}
         if isinstance(value, np.ndarray):
-            if value.dtype == object:
-                raise TypeError(f"cannot save {path}: numpy arrays of dtype object are not supported")
+            _check_array(path, value)
             return {"ndarray": self._add(path, torch.from_numpy(np.ascontiguousarray(value)))}
         if isinstance(value, dict):
             return self._encode_dict(value, path)
@@ -87,16 +106,12 @@ class _Encoder:
             return {"tuple": [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]}
         if isinstance(value, list):
             return [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]
-        raise TypeError(
-            f"cannot save {path}: type {type(value).__qualname__} is not supported "
-            "(use tensors, numpy arrays, int, float, bool, str, None, list, tuple, dict)"
-        )
+        raise _unsupported(path, value)
 
     def _encode_dict(self, value: dict, path: str) -> Dict[str, Any]:
         items = []
         for k, v in value.items():
-            if k is not None and not isinstance(k, (str, int, float, bool)):
-                raise TypeError(f"cannot save {path}: dict key {k!r} of type {type(k).__qualname__} is not supported")
+            _check_key(path, k)
             items.append([self.encode(k, path), self.encode(v, f"{path}/{k}")])
         node: Dict[str, Any] = {"odict" if isinstance(value, collections.OrderedDict) else "dict": items}
         meta = getattr(value, "_metadata", None)
@@ -105,8 +120,7 @@ class _Encoder:
         return node
 
     def _add(self, path: str, tensor: torch.Tensor) -> str:
-        if tensor.is_sparse or tensor.layout != torch.strided:
-            raise TypeError(f"cannot save {path}: only dense (strided) tensors are supported, got {tensor.layout}")
+        _check_tensor(path, tensor)
         t = tensor.detach()
         if t.device.type != "cpu":
             t = t.cpu()
@@ -254,18 +268,15 @@ def _copy(value: Any, path: str) -> Any:
     if isinstance(value, np.generic) or value is None or isinstance(value, (bool, int, str, float)):
         return value
     if isinstance(value, torch.Tensor):
-        if value.is_sparse or value.layout != torch.strided:
-            raise TypeError(f"cannot save {path}: only dense (strided) tensors are supported, got {value.layout}")
+        _check_tensor(path, value)
         return value.detach().to("cpu", copy=True)
     if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise TypeError(f"cannot save {path}: numpy arrays of dtype object are not supported")
+        _check_array(path, value)
         return value.copy()
     if isinstance(value, dict):
         out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
         for k, v in value.items():
-            if k is not None and not isinstance(k, (str, int, float, bool)):
-                raise TypeError(f"cannot save {path}: dict key {k!r} of type {type(k).__qualname__} is not supported")
+            _check_key(path, k)
             out[k] = _copy(v, f"{path}/{k}")
         meta = getattr(value, "_metadata", None)
         if meta is not None:
@@ -275,10 +286,7 @@ def _copy(value: Any, path: str) -> Any:
         return tuple(_copy(v, f"{path}/{i}") for i, v in enumerate(value))
     if isinstance(value, list):
         return [_copy(v, f"{path}/{i}") for i, v in enumerate(value)]
-    raise TypeError(
-        f"cannot save {path}: type {type(value).__qualname__} is not supported "
-        "(use tensors, numpy arrays, int, float, bool, str, None, list, tuple, dict)"
-    )
+    raise _unsupported(path, value)
 
 
 def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:
