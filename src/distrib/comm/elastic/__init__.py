@@ -28,7 +28,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from distrib.comm.errors import DistribCommError
-from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave
+from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave, whole_number_env
 
 __all__ = ["ELASTIC_ENV", "SNAPSHOT_EVERY_ENV", "DEFAULT_SNAPSHOT_EVERY", "elastic_enabled", "snapshot_every",
            "replaying_before_joining",
@@ -59,14 +59,10 @@ def snapshot_every(environ: Optional[Mapping[str, str]] = None) -> int:
     Raises:
         DistribCommError: not a whole number of at least 1.
     """
-    env = os.environ if environ is None else environ
-    raw = env.get(SNAPSHOT_EVERY_ENV, "").strip()
-    if not raw:
+    read = whole_number_env(SNAPSHOT_EVERY_ENV, environ)
+    if read is None:
         return DEFAULT_SNAPSHOT_EVERY
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
+    value, raw = read
     if value < 1:
         raise DistribCommError(f"{SNAPSHOT_EVERY_ENV}={raw!r}: the steps between elastic snapshots must be a "
                                f"whole number of at least 1")

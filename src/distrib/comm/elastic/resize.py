@@ -49,7 +49,8 @@ from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 
 __all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "next_members", "changes_to_make",
-           "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "GROW_ENV",
+           "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "whole_number_env",
+           "GROW_ENV",
            "START_ENV"]
 
 #: Set (to ``1``) in a task that joins a running elastic job (``distrib launch --elastic`` sets it when a
@@ -76,18 +77,31 @@ def starting_tasks(cluster_size: int, environ: Optional[Dict[str, str]] = None) 
         DistribCommError: not a whole number from 2 to ``cluster_size`` (a one-worker job skips
             the collectives a two-worker one runs, so a joiner could not replay its steps).
     """
-    env = os.environ if environ is None else environ
-    raw = env.get(START_ENV, "").strip()
-    if not raw:
+    read = whole_number_env(START_ENV, environ)
+    if read is None:
         return None
-    try:
-        count = int(raw)
-    except ValueError:
-        count = 0
+    count, raw = read
     if not 2 <= count <= cluster_size:
         raise DistribCommError(f"{START_ENV}={raw!r}: the number of workers that start an elastic job must be "
                                f"a whole number from 2 to the cluster's {cluster_size} workers")
     return None if count == cluster_size else count
+
+
+def whole_number_env(name: str, environ: Optional[Dict[str, str]] = None) -> Optional[Tuple[int, str]]:
+    """``(value, raw text)`` of environment variable ``name``; value 0 if it is not a whole number; None if unset.
+
+    Example:
+        >>> whole_number_env("N", {"N": " 4 "}), whole_number_env("N", {"N": "x"}), whole_number_env("N", {})
+        ((4, '4'), (0, 'x'), None)
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw), raw
+    except ValueError:
+        return 0, raw
 
 
 def request_leave() -> None:
