@@ -18,6 +18,9 @@ class _Collective:
         self.calls += 1
         return tensor + self.others
 
+    def control_all_reduce(self, tensor, op):
+        return tensor.clone()  # the other replicas hold as many state values
+
     def add_resize_listener(self, listener):
         self.listeners.append(listener)
 
@@ -40,7 +43,8 @@ def test_replica_0_takes_every_replicas_sums_and_the_others_keep_zeros_in_one_al
         # the other replicas: Mean a saw 3 examples summing to 9, Mean b 1 example of 5
         collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
         fold = MetricFold(collective)
-        fold.metrics += [a, b]
+        fold.add(a)
+        fold.add(b)
         fold([False, True])
         assert collective.calls == 1
         if rank == 0:
@@ -53,10 +57,25 @@ def test_only_metrics_of_an_elastic_job_are_registered_once_per_collective():
     elastic = _Collective(0, torch.zeros(2, dtype=torch.float64))
     fixed = _Collective(0, torch.zeros(2, dtype=torch.float64))
     fixed.elastic = False
+    kept = []
     for collective in (elastic, fixed):
         for _ in range(2):
             m = Mean()
             m.distribute_strategy = _Strategy(collective)
             register_for_resizes(m)
-    assert len(elastic.listeners) == 1 and len(elastic.listeners[0].metrics) == 2
+            kept.append(m)
+    assert len(elastic.listeners) == 1 and elastic.listeners[0].metrics == kept[:2]
     assert fixed.listeners == []
+
+
+def test_a_dropped_metric_is_not_folded_and_different_lists_skip_the_fold():
+    collective = _Collective(0, torch.zeros(2, dtype=torch.float64))
+    fold = MetricFold(collective)
+    kept = Mean()
+    kept.update_state(torch.tensor([4.0]))
+    fold.add(kept)
+    fold.add(Mean())  # dropped at once: freed, not folded
+    assert fold.metrics == [kept]
+    collective.control_all_reduce = lambda t, op: torch.tensor([5.0, -2.0], dtype=torch.float64)  # 2 vs 5 values
+    fold([False, True])
+    assert collective.calls == 0 and float(kept.local_result()) == 4.0

@@ -16,6 +16,7 @@ Example (3 replicas counted 4, 5 and 3 examples; worker 1 leaves):
 """
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any, List
 
@@ -26,25 +27,47 @@ from distrib.metrics.packing import pack, unpack
 
 __all__ = ["MetricFold", "register_for_resizes"]
 
+log = logging.getLogger("distrib.metrics")
+
 _folds: "weakref.WeakKeyDictionary[Any, MetricFold]" = weakref.WeakKeyDictionary()
 
 
 class MetricFold:
     """The metrics of one collective, folded onto replica 0 before workers leave (see module docstring).
 
-    Metrics are held for the collective's life (registration order is the
-    program's, the same on every replica, so the one all-reduce matches).
+    Metrics are held weakly, in registration order (the program's, the same
+    on every replica): one the program dropped is freed when its last
+    reference goes, at the same point of the program on every replica, so a
+    replacement that never made the metrics of earlier epochs folds the same
+    list. Should the lists still differ in size, the fold is skipped with a
+    warning rather than sending mismatched all-reduces.
     """
 
     def __init__(self, collective: Any) -> None:
         self._collective = collective
-        self.metrics: List[Any] = []  # distrib.metrics.Metric objects
+        self._refs: List["weakref.ref[Any]"] = []  # distrib.metrics.Metric objects
+
+    def add(self, metric: Any) -> None:
+        self._refs.append(weakref.ref(metric))
+
+    @property
+    def metrics(self) -> List[Any]:
+        """The registered metrics still alive, in registration order."""
+        alive = [m for m in (r() for r in self._refs) if m is not None]
+        self._refs = [weakref.ref(m) for m in alive]
+        return alive
 
     def __call__(self, leaving: List[bool]) -> None:
         states = [m.state_tensors() for m in self.metrics]
-        if not any(states):
+        flat = torch.cat([pack(s).cpu() for s in states]) if states else torch.zeros(0, dtype=torch.float64)
+        n = float(flat.numel())
+        sizes = self._collective.control_all_reduce(torch.tensor([n, -n], dtype=torch.float64), ReduceOp.MAX)
+        if float(sizes[0]) != -float(sizes[1]):
+            log.warning("distrib: the replicas hold different metrics (%d to %d state values): metric sums "
+                        "of leaving workers are not kept", int(-float(sizes[1])), int(float(sizes[0])))
             return
-        flat = torch.cat([pack(s).cpu() for s in states])
+        if not flat.numel():
+            return
         summed = self._collective.all_reduce(flat, ReduceOp.SUM)
         if self._collective.rank != 0:
             summed = torch.zeros_like(summed)
@@ -65,4 +88,4 @@ def register_for_resizes(metric: Any) -> None:
     if fold is None:
         fold = _folds[collective] = MetricFold(collective)
         collective.add_resize_listener(fold)
-    fold.metrics.append(metric)
+    fold.add(metric)
