@@ -193,22 +193,14 @@ class DistributedIterator:
             return self._finish()
         self._step += 1
         value = self._padding() if element is None or element is EMPTY else materialize(element)
-        first_row = self._feed.first_row
-        if element is not None and element is not EMPTY and first_row is not None and self._n > 1:
-            value = self._with_position(value, first_row)
         if self._spec is None:
             self._spec = loosen_batch(spec_of(value))
         if self._device is not None:
             value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
                                if isinstance(t, torch.Tensor) else t, value)
-        return value
-
-    def _with_position(self, value: Any, first_row: int) -> Any:
-        """Record where this replica's rows sit in the global batch (`batch_position`), on its final device."""
-        if self._device is not None:
-            value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
-                               if isinstance(t, torch.Tensor) else t, value)
-        batch_position.note(value, first_row)
+        first_row = self._feed.first_row
+        if element is not None and element is not EMPTY and first_row is not None and self._n > 1:
+            batch_position.note(value, first_row)  # where this replica's rows sit in the global batch
         return value
 
     def _reshard(self, placement: InputPlacement) -> None:
