@@ -28,14 +28,13 @@ import os
 from typing import Any, Mapping, Optional
 
 from distrib.comm.errors import DistribCommError
+from distrib.process.task_env import ELASTIC_ENV
 from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave, whole_number_env
 
 __all__ = ["ELASTIC_ENV", "SNAPSHOT_EVERY_ENV", "DEFAULT_SNAPSHOT_EVERY", "elastic_enabled", "snapshot_every",
            "replaying_before_joining",
            "request_leave", "leave_requested", "leave_on_signal"]
 
-#: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
-ELASTIC_ENV = "DISTRIB_ELASTIC"
 
 
 def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:

@@ -37,14 +37,13 @@ from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decod
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
                                       join_generation, leader_of, rebuild_groups)
 from distrib.comm.elastic.membership import Membership, open_job_store
-from distrib.comm.elastic.resize import GROW_ENV, starting_tasks
+from distrib.comm.elastic.resize import starting_tasks
+from distrib.process.task_env import GROW_ENV, JOIN_ENV
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
 
 log = logging.getLogger("distrib.elastic")
 
-#: Set (to ``1``) by ``distrib launch --elastic`` in a task it starts to replace a lost one.
-JOIN_ENV = "DISTRIB_ELASTIC_JOIN"
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 
 

@@ -37,14 +37,12 @@ from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, 
 from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, membership_votes, next_members,
                                          post_join_request, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
+from distrib.process.task_env import LEFT_DIR_ENV
 
 __all__ = ["Membership", "LEFT_DIR_ENV", "open_job_store"]
 
 log = logging.getLogger("distrib.elastic")
 
-#: Where ``distrib launch --elastic`` learns that a task left on purpose (``left-<pid>``) or was admitted to the
-#: running job (``joined-<pid>``): an empty file by that name.
-LEFT_DIR_ENV = "DISTRIB_ELASTIC_LEFT_DIR"
 
 
 class Membership:

@@ -47,19 +47,13 @@ import torch
 
 from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
+from distrib.process.task_env import GROW_ENV, START_ENV
 
 __all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "next_members", "changes_to_make",
            "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "whole_number_env",
            "GROW_ENV",
            "START_ENV"]
 
-#: Set (to ``1``) in a task that joins a running elastic job (``distrib launch --elastic`` sets it when a
-#: worker that left is started again).
-GROW_ENV = "DISTRIB_ELASTIC_GROW"
-
-#: How many of the cluster's workers start an elastic job (tasks ``0..N-1``); the others join it when they
-#: start. ``distrib launch --workers MIN:MAX`` (``--nnodes MIN:MAX``) sets it; unset: every task starts it.
-START_ENV = "DISTRIB_ELASTIC_START_WORKERS"
 
 _LEAVE = threading.Event()
 
