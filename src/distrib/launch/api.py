@@ -28,11 +28,12 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
-from distrib.comm.elastic.resize import START_ENV
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
+from distrib.process.fork_client import FORK_ENV, TaskStarter
+from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
@@ -154,18 +155,20 @@ def launch(
     base_env = _job_secret(_base_environment(router, env, verbose), plan)
     left_dir = None
     if elastic:
-        base_env["DISTRIB_ELASTIC"] = "1"
+        base_env[ELASTIC_ENV] = "1"
         left_dir = tempfile.mkdtemp(prefix="distrib-elastic-")
-        base_env["DISTRIB_ELASTIC_LEFT_DIR"] = left_dir  # distrib.comm.elastic.membership.LEFT_DIR_ENV
+        base_env[LEFT_DIR_ENV] = left_dir
     elif rejoins:
         raise ValueError("rejoins needs elastic=True (distrib launch --elastic)")
     if start_workers is not None:
         base_env[START_ENV] = str(start_workers)
     job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
-               base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)))
+               base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)),
+               TaskStarter(base_env.get(FORK_ENV), restarts_possible=elastic or max_restarts > 0))
     try:
         return _run_attempts(job, plan, host, router, timeout, max_restarts, elastic, grace_seconds)
     finally:
+        job.starter.close()
         if left_dir is not None:
             shutil.rmtree(left_dir, ignore_errors=True)
 
@@ -298,6 +301,8 @@ class _Job:
     grace_seconds: float
     left_dir: Optional[str] = None
     rejoins: int = 0
+    #: Starts the tasks of every attempt: forks of one preloaded server where exact.
+    starter: TaskStarter = field(default_factory=lambda: TaskStarter(mode="0"))
 
 
 @dataclass(frozen=True)
@@ -336,7 +341,7 @@ def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
         f"{t.name} ({attempt.cluster[t.task_type][t.task_index]})" for t in attempt.tasks))
     return TaskGroup(launches, router=router, events=events, interrupts=interrupts,
                      grace_seconds=job.grace_seconds, cwd=job.cwd, replacements=replacements,
-                     left_dir=job.left_dir, rejoins=job.rejoins)
+                     left_dir=job.left_dir, rejoins=job.rejoins, starter=job.starter)
 
 
 def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float,

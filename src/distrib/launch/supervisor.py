@@ -49,15 +49,16 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from distrib.comm.elastic.resize import GROW_ENV, START_ENV
 from distrib.process.exit_codes import RESTART_EXIT_CODE, describe_returncode
 from distrib.launch.layout import TaskSpec
 from distrib.launch.output import OutputRouter, pump_lines
 from distrib.launch.result import TaskStatus
 from distrib.launch.signals import InterruptState
-from distrib.process.spawn import kill_leftovers, signal_task, start_task
+from distrib.process.fork_client import ForkedProcess, TaskStarter
+from distrib.process.spawn import kill_leftovers, signal_task
+from distrib.process.task_env import GROW_ENV, JOIN_ENV, START_ENV
 
 __all__ = ["TaskLaunch", "Outcome", "TaskGroup"]
 
@@ -92,7 +93,7 @@ class Outcome:
 @dataclass
 class _Task:
     launch: TaskLaunch
-    proc: Optional[subprocess.Popen] = None
+    proc: Optional[Union[subprocess.Popen, ForkedProcess]] = None
     returncode: Optional[int] = None
     stopped: bool = False
     threads: List[threading.Thread] = field(default_factory=list)
@@ -117,8 +118,11 @@ class TaskGroup:
     def __init__(self, launches: Sequence[TaskLaunch], *, router: OutputRouter,
                  events: "queue.SimpleQueue[Any]", interrupts: InterruptState,
                  grace_seconds: float, cwd: Optional[str] = None, replacements: int = 0,
-                 left_dir: Optional[str] = None, rejoins: int = 0) -> None:
+                 left_dir: Optional[str] = None, rejoins: int = 0,
+                 starter: Optional[TaskStarter] = None) -> None:
         self._tasks = [_Task(launch) for launch in launches]
+        #: How tasks start: forks of the launch's preloaded server where exact (`distrib.process.fork_client`).
+        self._starter = starter if starter is not None else TaskStarter(mode="0")
         #: Elastic: where a task that leaves the job on purpose writes ``left-<pid>`` before its exit 0.
         self._left_dir = left_dir
         #: Elastic: how many more times a task that left may be started again to rejoin the running job.
@@ -148,6 +152,9 @@ class TaskGroup:
         except BaseException:
             self.close()
             raise
+        if self._tasks:  # a warm spare for the tasks started again later (restarts, elastic replacements)
+            first = self._tasks[0].launch
+            self._starter.prewarm(first.command, first.env, cwd=self._cwd)
 
     def supervise(self, deadline: Optional[float]) -> Outcome:
         """Wait until the attempt succeeds, a task fails, time runs out or a signal arrives."""
@@ -265,7 +272,7 @@ class TaskGroup:
                                    f"the other tasks keep their state; {self.replacements_left} replacement"
                                    f"{'s' if self.replacements_left != 1 else ''} left)")
         env = dict(task.launch.env)
-        env["DISTRIB_ELASTIC_JOIN"] = "1"
+        env[JOIN_ENV] = "1"
         self._tasks[index] = _Task(TaskLaunch(spec, task.launch.command, env))
         self._exit_order = [i for i in self._exit_order if i != index]
         self._start_one(index, self._tasks[index])
@@ -302,7 +309,7 @@ class TaskGroup:
                                    f"rejoin the running job (elastic; {self.rejoins_left} rejoin"
                                    f"{'s' if self.rejoins_left != 1 else ''} left)")
         env = dict(task.launch.env)
-        env.pop("DISTRIB_ELASTIC_JOIN", None)
+        env.pop(JOIN_ENV, None)
         env[GROW_ENV] = "1"
         self._tasks[index] = _Task(TaskLaunch(spec, task.launch.command, env))
         self._exit_order = [i for i in self._exit_order if i != index]
@@ -323,7 +330,7 @@ class TaskGroup:
     def _start_one(self, index: int, task: _Task) -> None:
         name = task.launch.spec.name
         self._router.ensure_task(name)
-        proc = start_task(task.launch.command, task.launch.env, cwd=self._cwd)
+        proc = self._starter.start(task.launch.command, task.launch.env, cwd=self._cwd)
         task.proc = proc
         for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             thread = threading.Thread(target=pump_lines, args=(pipe, name, stream, self._router),
@@ -335,7 +342,7 @@ class TaskGroup:
         waiter.start()
         task.threads.append(waiter)
 
-    def _wait_for(self, index: int, proc: subprocess.Popen) -> None:
+    def _wait_for(self, index: int, proc: Union[subprocess.Popen, ForkedProcess]) -> None:
         returncode = proc.wait()
         kill_leftovers(proc.pid)
         self._events.put(("exit", self._id, index, returncode))

@@ -68,7 +68,7 @@ def python_command(target: str, args: Sequence[str], *, module: bool = False,
 
 def start_process(command: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None, *,
                   stdout: Output = subprocess.PIPE, stderr: Output = subprocess.PIPE,
-                  new_session: bool = True) -> subprocess.Popen:
+                  new_session: bool = True, pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Start ``command``, tied to this process's life (see the module docstring).
 
     Args:
@@ -78,6 +78,7 @@ def start_process(command: Sequence[str], env: Mapping[str, str], cwd: Optional[
         stdout: where its standard output goes (default: a pipe).
         stderr: where its standard error goes (default: a pipe).
         new_session: run it in a session (process group) of its own.
+        pass_fds: file descriptors the child keeps (all others are closed).
 
     Returns:
         The `subprocess.Popen`; its stdin is ``/dev/null``.
@@ -94,6 +95,7 @@ def start_process(command: Sequence[str], env: Mapping[str, str], cwd: Optional[
         stderr=stderr,
         start_new_session=new_session,
         close_fds=True,
+        pass_fds=tuple(pass_fds),
     )
 
 

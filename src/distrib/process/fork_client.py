@@ -1,0 +1,312 @@
+"""Starting a launch's tasks as forks of one preloaded server, or as new processes where that would differ.
+
+`TaskStarter` is what `distrib launch` starts its tasks with. Its
+`distrib.process.fork_server` is started with the environment of the first
+task; every task whose start that server can reproduce exactly is then a fork
+of it, returned as a `ForkedProcess` (the parts of `subprocess.Popen` the
+launcher uses). A task is started as a new process (`spawn.start_task`) when:
+
+* its command is not ``[sys.executable, script, ...]`` or
+  ``[sys.executable, "-m", module, ...]`` (another interpreter, options);
+* its environment differs from the server's in a variable that a new
+  process reads at start-up (``PYTHONPATH``, ``PYTHONHASHSEED``,
+  ``LD_PRELOAD``, ``OMP_NUM_THREADS``...): only
+  `RUNTIME_VARIABLES` and ``DISTRIB_*`` may differ;
+* a preloaded module's name is a file or directory beside the script (a new
+  process would import that one instead);
+* the server failed to start, or ``DISTRIB_LAUNCH_FORK=0`` (or the platform
+  is not Linux).
+
+By default (``spare``) the server only stands by for restarts and elastic
+replacements; see `TaskStarter`.
+
+Example:
+    >>> can_fork(["/usr/bin/python3", "train.py"], {"TF_CONFIG": "{}"}, {"TF_CONFIG": "..."},
+    ...          python="/usr/bin/python3", cwd="/")
+    True
+    >>> can_fork(["/usr/bin/python3", "train.py"], {"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"},
+    ...          python="/usr/bin/python3", cwd="/")
+    False
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any, Dict, Mapping, Optional, Sequence, Union
+
+from distrib.process.spawn import start_process, start_task
+
+__all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "TaskStarter", "can_fork"]
+
+log = logging.getLogger("distrib.launch")
+
+#: ``0`` starts every task as a new process (no fork server).
+FORK_ENV = "DISTRIB_LAUNCH_FORK"
+
+#: Variables a task reads only once it runs (besides ``DISTRIB_*``): they may differ between tasks
+#: that fork from one server. (``OMP_NUM_THREADS`` is not one: OpenMP and OpenBLAS read it when they load.)
+RUNTIME_VARIABLES = frozenset({
+    "TF_CONFIG", "COLUMNS", "LINES", "CUDA_VISIBLE_DEVICES",
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+})
+
+_READY_SECONDS = 120.0
+_REPLY_SECONDS = 30.0
+_PRELOADED = ("numpy", "torch")  # distrib.process.fork_server.PRELOADED, without importing it here
+
+
+def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping[str, str], *,
+             python: str = sys.executable, cwd: Optional[str] = None) -> bool:
+    """Whether a fork of a server started with ``server_env`` would start ``command`` as a new process would."""
+    if len(command) < 2 or command[0] != python:
+        return False
+    if command[1] == "-m":
+        if len(command) < 3:
+            return False
+        home = cwd or os.getcwd()
+    elif command[1].startswith("-"):
+        return False
+    else:
+        script = command[1] if os.path.isabs(command[1]) else os.path.join(cwd or os.getcwd(), command[1])
+        home = os.path.dirname(os.path.realpath(script))
+    for key in set(env) ^ set(server_env) | {k for k in env if env[k] != server_env.get(k)}:
+        if key not in RUNTIME_VARIABLES and not key.startswith("DISTRIB_"):
+            return False
+    return not any(os.path.exists(os.path.join(home, name)) or os.path.exists(os.path.join(home, name + ".py"))
+                   for name in _PRELOADED)
+
+
+class ForkServer:
+    """One `distrib.process.fork_server` process and the thread that reads its messages.
+
+    ``first_command`` only labels the server (and its forks) in ``ps``:
+    ``python -m distrib.process.fork_server 5 -- train.py --epochs 3``.
+
+    The server gets ready (imports `PRELOADED`) in the background; `start`
+    refuses until it is (see `wait_ready`).
+    """
+
+    def __init__(self, env: Mapping[str, str], cwd: Optional[str] = None,
+                 first_command: Sequence[str] = ("python",)) -> None:
+        self.env: Dict[str, str] = dict(env)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        try:
+            shown = [os.path.basename(a) if i == 0 else a for i, a in enumerate(first_command[1:])]
+            self._proc = start_process([sys.executable, "-m", "distrib.process.fork_server", str(theirs.fileno()),
+                                        "--", *shown],
+                                       self.env, cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._exits: Dict[int, int] = {}
+        self._replies: list = []
+        self._ready = False
+        self._gone = False
+        self._reader = threading.Thread(target=self._read, name="distrib-fork-server", daemon=True)
+        self._reader.start()
+
+    def wait_ready(self, timeout: float = _READY_SECONDS) -> bool:
+        """Whether the server is ready to fork, waiting up to ``timeout`` seconds for it."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self._ready and not self._gone:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return self._ready and not self._gone
+
+    def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str]) -> "ForkedProcess":
+        """Fork a task running ``command[1:]`` with ``env`` in ``cwd``; its output comes back on pipes."""
+        if not self.wait_ready(0):
+            raise OSError("the fork server is not ready")
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        request = {"argv": list(command[1:]), "env": dict(env), "cwd": cwd or os.getcwd(), "new_session": True}
+        try:
+            with self._lock:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], [out_write, err_write])
+                reply = self._next_reply()
+        except BaseException:
+            os.close(out_read)
+            os.close(err_read)
+            raise
+        finally:
+            os.close(out_write)
+            os.close(err_write)
+        if "pid" not in reply:
+            os.close(out_read)
+            os.close(err_read)
+            raise OSError(reply.get("error", "fork server gave no process"))
+        return ForkedProcess(int(reply["pid"]), os.fdopen(out_read, "rb", buffering=0),
+                             os.fdopen(err_read, "rb", buffering=0), self)
+
+    def exit_code(self, pid: int, timeout: Optional[float]) -> Optional[int]:
+        """Task ``pid``'s exit status once it ended (``-9`` if the server died under it); None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while pid not in self._exits:
+                if self._gone:
+                    return -signal.SIGKILL  # the tasks die with the server (PR_SET_PDEATHSIG)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            return self._exits[pid]
+
+    def close(self) -> None:
+        """Hang up: the server exits (tasks still running die with it); one still importing is killed."""
+        if not self.wait_ready(0):
+            self._proc.kill()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _receive(self) -> Dict[str, Any]:
+        data = self._sock.recv(1 << 16)
+        if not data:
+            raise ValueError("the fork server closed its end")
+        return json.loads(data)
+
+    def _next_reply(self) -> Dict[str, Any]:
+        deadline = time.monotonic() + _REPLY_SECONDS
+        with self._changed:
+            while not self._replies:
+                if self._gone:
+                    raise OSError("the fork server is gone")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise OSError("the fork server did not answer")
+                self._changed.wait(remaining)
+            return self._replies.pop(0)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = self._receive()
+                with self._changed:
+                    if "exit" in message:
+                        self._exits[int(message["exit"])] = int(message["code"])
+                    elif message == {"ready": True}:
+                        self._ready = True
+                    else:
+                        self._replies.append(message)
+                    self._changed.notify_all()
+        except (OSError, ValueError):
+            with self._changed:
+                self._gone = True
+                self._changed.notify_all()
+
+
+class ForkedProcess:
+    """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses."""
+
+    def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes], server: ForkServer) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: Optional[int] = None
+        self._server = server
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            code = self._server.exit_code(self.pid, timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            self.returncode = code
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class TaskStarter:
+    """Starts one launch's tasks: new processes, or forks of a preloaded server where that is exact.
+
+    ``mode`` (``DISTRIB_LAUNCH_FORK``):
+
+    * ``"spare"`` (the default): the first tasks start as new processes, which
+      import PyTorch in parallel; where tasks may be started again
+      (``restarts_possible``: ``--max-restarts`` or ``--elastic``), `prewarm`
+      then starts the server beside them, so that a restarted task or an
+      elastic replacement starts as a fork;
+    * ``"1"``: every task that can be is a fork, the first ones included
+      (less CPU: one import instead of one per task);
+    * ``"0"``: every task is a new process.
+
+    Start tasks from the thread that lives as long as they should (the
+    server, like a task, dies with the thread that started it).
+    """
+
+    def __init__(self, mode: Optional[str] = None, *, restarts_possible: bool = True) -> None:
+        mode = (os.environ.get(FORK_ENV, "spare") if mode is None else mode).strip() or "spare"
+        if mode not in ("0", "1", "spare"):
+            raise ValueError(f"{FORK_ENV} must be 0, 1 or spare, got {mode!r}")
+        if not (sys.platform.startswith("linux") and hasattr(socket, "send_fds")):
+            mode = "0"
+        self.mode = mode
+        self._spare_needed = restarts_possible
+        self._server: Optional[ForkServer] = None
+        self._failed = False
+
+    def start(self, command: Sequence[str], env: Mapping[str, str],
+              cwd: Optional[str] = None) -> Union[subprocess.Popen, ForkedProcess]:
+        if self.mode == "1":
+            self.prewarm(command, env, cwd)
+        server = self._server
+        if server is not None and can_fork(command, env, server.env, cwd=cwd):
+            # A server still importing is waited for: a new process would import the same, competing with it.
+            server.wait_ready()
+            try:
+                return server.start(command, env, cwd)
+            except OSError as exc:
+                log.debug("distrib launch: starting a new process instead of a fork: %s", exc)
+        return start_task(command, env, cwd=cwd)
+
+    def prewarm(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None) -> None:
+        """Start the server (once, in the background) with the environment of the task ``command``."""
+        if self.mode == "0" or self._server is not None or self._failed:
+            return
+        if self.mode == "spare" and not self._spare_needed:
+            return
+        if not can_fork(command, env, env, cwd=cwd):
+            return
+        try:
+            self._server = ForkServer(env, cwd, first_command=command)
+        except OSError as exc:
+            self._failed = True
+            log.debug("distrib launch: no fork server: %s", exc)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None

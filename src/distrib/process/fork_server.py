@@ -1,0 +1,215 @@
+"""A preloaded fork server: a task starts as a fork of a process that has already imported PyTorch.
+
+``import torch`` costs one to two seconds of CPU in every new Python
+process. `distrib launch` starts one server per launch, with the tasks'
+environment; the server imports `PRELOADED` once and then, for each task,
+forks and runs the task's script (or module) as ``__main__`` in the child,
+so a task, a restarted task and an elastic replacement start in milliseconds.
+The client side is `distrib.process.fork_client`.
+
+A forked task behaves as ``python script.py ARGS`` would: ``sys.argv``,
+``sys.path[0]`` (the script's directory, or the working directory for
+``-m``), ``__main__`` with its ``__file__``, the working directory, the
+whole environment, standard input from ``/dev/null``, its own session,
+``PR_SET_PDEATHSIG`` (it dies with the server, which dies with the
+launcher), ``sys.orig_argv``, freshly seeded ``random``, NumPy and PyTorch CPU
+generators, the exit status of an
+uncaught exception (1, traceback without this module's frames), of
+``sys.exit`` and of ``KeyboardInterrupt``. What it shares with the server and
+its siblings: modules imported before the fork, and the string hash seed
+(as if ``PYTHONHASHSEED`` were set).
+
+Protocol (a ``SOCK_SEQPACKET`` socket pair, one JSON object per message):
+the client sends ``{"argv", "env", "cwd", "new_session"}`` with two file
+descriptors (the task's standard output and error); the server answers
+``{"pid": N}`` (or ``{"error": "..."}``), and later ``{"exit": N, "code": C}``
+when task ``N`` ends (``C`` as `subprocess` reports it: ``-9`` for SIGKILL).
+The server starts with ``{"ready": true}`` once its modules are imported and
+exits when the client closes its end.
+"""
+from __future__ import annotations
+
+import builtins
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import types
+from typing import Any, Dict, List, NoReturn, Sequence
+
+__all__ = ["PRELOADED", "serve"]
+
+#: What the server imports before it forks: the modules every task imports and that cost the most.
+PRELOADED = ("numpy", "torch")
+
+_MAX_MESSAGE = 4 << 20
+
+
+def _send(sock: socket.socket, message: Dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode())
+
+
+def serve(fd: int) -> None:
+    """Preload, answer ``ready``, then fork a task per request until the client hangs up."""
+    sock = socket.socket(fileno=fd)
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher owns Ctrl-C and stops the tasks
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
+    signal.set_wakeup_fd(wake_write)
+    _send(sock, {"ready": True})
+    while True:
+        try:
+            readable, _, _ = select.select([sock, wake_read], [], [])
+        except InterruptedError:
+            continue
+        if wake_read in readable:
+            while True:
+                try:
+                    if not os.read(wake_read, 512):
+                        break
+                except BlockingIOError:
+                    break
+            _reap(sock)
+        if sock in readable:
+            message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
+            if not message:
+                return  # the launcher is done (or gone): the tasks die with this process
+            request = json.loads(message)
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for fd_ in fds:
+                    os.close(fd_)
+                _send(sock, {"error": f"fork failed: {exc}"})
+                continue
+            if pid == 0:
+                sock.close()  # through the object: a bare os.close would let it close a reused fd later
+                _become_task(request, fds, [wake_read, wake_write])
+            for fd_ in fds:
+                os.close(fd_)
+            _send(sock, {"pid": pid})
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[int]) -> NoReturn:
+    """In the forked child: take the task's process state, run it, exit as Python would."""
+    server_pid = os.getppid()
+    signal.set_wakeup_fd(-1)
+    for fd in server_fds:
+        os.close(fd)
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if request.get("new_session", True):
+        os.setsid()
+    _die_with(server_pid)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    out, err = fds
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and not stream.write_through:
+            stream.reconfigure(line_buffering=stream.isatty() or stream is sys.stderr)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _fresh_generators()
+    raise SystemExit(_run_main(request["argv"]))
+
+
+def _die_with(server_pid: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != server_pid:
+        os._exit(1)  # the server is already gone: the death signal would never come
+
+
+def _fresh_generators() -> None:
+    """What a new process would have: generators seeded afresh.
+
+    (``random`` reseeds itself after a fork; PyTorch seeds its CPU generator from
+    ``std::random_device`` when it is imported, NumPy from the OS when it is.)
+    """
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
+
+
+def _run_main(argv: Sequence[str]) -> Any:
+    """Run ``argv`` (``[script, *args]`` or ``["-m", module, *args]``) as ``__main__``; the exit status."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    try:
+        sys.orig_argv = [sys.executable, *argv]  # what `distrib.process.rerun` re-runs (local replicas)
+        if argv[0] == "-m":
+            import runpy
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(argv[1], alter_argv=True)  # what ``python -m`` itself calls
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
+            with open(script, "rb") as handle:
+                source = handle.read()
+            from importlib.machinery import SourceFileLoader
+            main.__dict__.update(__file__=script, __cached__=None, __spec__=None,
+                                 __loader__=SourceFileLoader("__main__", script))
+            exec(compile(source, script, "exec"), main.__dict__)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt as exc:
+        _print_uncaught(exc)
+        sys.stdout.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # as Python does: the task ends by SIGINT
+        return 130
+    except BaseException as exc:  # noqa: B902 - reported as Python reports an uncaught exception
+        _print_uncaught(exc)
+        return 1
+    return 0
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    tb = exc.__traceback__
+    here = os.path.abspath(__file__)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == here:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))  # (the arguments after it only name the job in `ps`)

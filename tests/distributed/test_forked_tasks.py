@@ -1,0 +1,215 @@
+"""`distrib launch` forks its tasks from a preloaded server: a forked task must start as a new process would.
+
+Each test runs the same script twice, forked (the default) and as new
+processes (``DISTRIB_LAUNCH_FORK=0``), and compares what the tasks saw.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import pytest
+
+from distrib.launch import launch
+from distrib.process.fork_client import can_fork
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
+
+_TIMEOUT = 90
+
+_REPORT = '''
+import json, os, random, sys
+out = sys.argv[1]
+state = {
+    "name": __name__, "file": __file__, "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
+    "spec": repr(__spec__), "orig_argv": sys.orig_argv, "main_is_here": sys.modules["__main__"].__dict__ is globals(),
+    "stdin": sys.stdin.read(), "tf_config": json.loads(os.environ["TF_CONFIG"])["task"],
+    "task": os.environ["DISTRIB_TASK_NAME"], "ppid": os.getppid(), "sid_is_pid": os.getsid(0) == os.getpid(),
+    "random": random.random(),
+}
+import numpy, torch
+state.update(numpy=float(numpy.random.rand()), threads=torch.get_num_threads(),
+             omp=os.environ["OMP_NUM_THREADS"], torch_seed=torch.initial_seed(), torch_draw=float(torch.rand(1)))
+with open(os.path.join(out, os.environ["DISTRIB_TASK_NAME"].replace(" ", "-") + ".json"), "w") as f:
+    json.dump(state, f)
+'''
+
+
+def _run(script, out, fork: bool, workers: int = 2, **kwargs):
+    env = {"DISTRIB_LAUNCH_FORK": "1" if fork else "0"}
+    env.update(kwargs.pop("env", {}))
+    return launch(str(script), [str(out)], workers=workers, output="capture", timeout=_TIMEOUT,
+                  env=env, **kwargs)
+
+
+def _states(out, workers=2):
+    return [json.loads((out / f"worker-{i}.json").read_text()) for i in range(workers)]
+
+
+def test_a_forked_task_sees_what_a_new_process_sees(write_script, tmp_path):
+    script = write_script("report.py", _REPORT)
+    seen = {}
+    for fork in (True, False):
+        out = tmp_path / f"fork-{fork}"
+        out.mkdir()
+        result = _run(script, out, fork)
+        assert result.returncode == 0, result.output
+        seen[fork] = _states(out)
+    forked, fresh = seen[True], seen[False]
+    # Forked from the server, not started by this launcher: the fork really happened.
+    assert all(s["ppid"] != os.getpid() for s in forked)
+    assert all(s["ppid"] == os.getpid() for s in fresh)
+    for a, b in zip(forked, fresh):
+        for key in ("name", "file", "path0", "cwd", "spec", "main_is_here", "stdin", "tf_config",
+                    "task", "sid_is_pid", "omp"):
+            assert a[key] == b[key], key
+        assert a["argv"] == [b["argv"][0], str(tmp_path / "fork-True")]
+        assert a["orig_argv"] == [*b["orig_argv"][:-1], str(tmp_path / "fork-True")]
+        assert a["threads"] == int(a["omp"]) == b["threads"]
+    # Fresh generators in each fork, as in new processes: the two workers draw differently.
+    for states in (forked, fresh):
+        for key in ("numpy", "random", "torch_seed", "torch_draw"):
+            assert states[0][key] != states[1][key], key
+
+
+def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
+    write_script("pkg_report/__init__.py", "")
+    write_script("pkg_report/main.py", _REPORT)
+    seen = {}
+    for fork in (True, False):
+        out = tmp_path / f"out-{fork}"
+        out.mkdir()
+        result = launch("pkg_report.main", [str(out)], module=True, workers=2, output="capture",
+                        timeout=_TIMEOUT, cwd=str(tmp_path), env={"DISTRIB_LAUNCH_FORK": "1" if fork else "0"})
+        assert result.returncode == 0, result.output
+        seen[fork] = _states(out)
+    for a, b in zip(seen[True], seen[False]):
+        for key in ("name", "file", "path0", "cwd", "main_is_here", "tf_config"):
+            assert a[key] == b[key], key
+        assert a["argv"] == [b["argv"][0], str(tmp_path / "out-True")]
+        assert a["orig_argv"] == [*b["orig_argv"][:-1], str(tmp_path / "out-True")]
+    assert seen[True][0]["ppid"] != os.getpid()
+
+
+@pytest.mark.parametrize("body, code", [
+    ("sys.exit(3)", 3),
+    ("sys.exit('stopped: ' + str(INDEX))", 1),
+    ("os._exit(7)", 7),
+    ("raise ValueError('bad value on ' + str(INDEX))", 1),
+    ("os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL),
+    ("raise KeyboardInterrupt", -signal.SIGINT),
+], ids=["exit-3", "exit-message", "os-exit", "exception", "sigkill", "keyboard-interrupt"])
+def test_a_forked_task_ends_with_the_status_and_traceback_of_a_new_process(write_script, tmp_path, body, code):
+    script = write_script("end.py", f'''
+        import json, os, signal, sys
+        INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        print("started", INDEX, file=sys.stderr, flush=True)  # one stream: lines keep their order
+        if INDEX == 0:
+            {body}
+    ''')
+    outputs = {}
+    for fork in (True, False):
+        result = _run(script, tmp_path, fork, workers=1)
+        assert result.tasks["worker 0"].returncode == code, result.output
+        outputs[fork] = result.outputs["worker 0"]
+    assert outputs[True] == outputs[False]
+    if code == 1:
+        assert "fork_server" not in outputs[True]
+
+
+def test_the_server_starts_with_the_tasks_start_up_variables(write_script, tmp_path):
+    """PYTHONHASHSEED is read when Python starts: the server, started with the tasks' environment, has it."""
+    script = write_script("hash.py", '''
+        import json, os, sys
+        print(json.dumps({"hash": hash("distrib"), "ppid": os.getppid()}))
+    ''')
+    result = _run(script, tmp_path, True, workers=1, env={"PYTHONHASHSEED": "7"})
+    assert result.returncode == 0, result.output
+    first = json.loads(result.outputs["worker 0"].strip().splitlines()[-1])
+    again = _run(script, tmp_path, False, workers=1, env={"PYTHONHASHSEED": "7"})
+    second = json.loads(again.outputs["worker 0"].strip().splitlines()[-1])
+    assert first["ppid"] != os.getpid() and second["ppid"] == os.getpid()
+    assert first["hash"] == second["hash"]  # the seed was applied either way
+
+
+def test_the_decision_to_fork(tmp_path):
+    python = sys.executable
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = {"PATH": "/usr/bin", "TF_CONFIG": "a", "DISTRIB_TASK_NAME": "worker 0", "OMP_NUM_THREADS": "2"}
+    other_task = dict(base, TF_CONFIG="b", DISTRIB_TASK_NAME="worker 1", COLUMNS="70")
+    assert can_fork([python, str(script), "--x"], other_task, base, python=python)
+    assert can_fork([python, "-m", "pkg.train"], other_task, base, python=python, cwd=str(tmp_path))
+    assert not can_fork(["/other/python", str(script)], base, base, python=python)
+    assert not can_fork([python, "-u", str(script)], base, base, python=python)
+    assert not can_fork([python, "-m"], base, base, python=python)
+    for key, value in (("PYTHONPATH", "/elsewhere"), ("LD_PRELOAD", "x.so"), ("OMP_NUM_THREADS", "1")):
+        assert not can_fork([python, str(script)], dict(base, **{key: value}), base, python=python), key
+    assert not can_fork([python, str(script)], base, dict(base, PYTHONPATH="/src"), python=python)
+    (tmp_path / "torch").mkdir()  # a new process would import this one
+    assert not can_fork([python, str(script)], base, base, python=python)
+
+
+def test_tasks_die_with_their_server_and_are_reported_killed(write_script, tmp_path):
+    script = write_script("block.py", '''
+        import json, os, sys, threading
+        INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        with open(os.path.join(sys.argv[1], f"ppid-{INDEX}.tmp"), "w") as f:
+            f.write(str(os.getppid()))
+        os.replace(os.path.join(sys.argv[1], f"ppid-{INDEX}.tmp"), os.path.join(sys.argv[1], f"ppid-{INDEX}"))
+        if INDEX == 1:
+            import time
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(sys.argv[1], "ppid-0")) and time.monotonic() < deadline:
+                time.sleep(0.01)  # poll for the other task's file
+            os.kill(int(open(os.path.join(sys.argv[1], "ppid-0")).read()), 9)
+        threading.Event().wait()
+    ''')
+    result = _run(script, tmp_path, True)
+    assert result.returncode != 0
+    assert {s.returncode for s in result.tasks.values()} == {-signal.SIGKILL}, result.output
+
+
+def test_by_default_first_tasks_are_new_processes_and_a_restarted_task_is_a_fork_of_the_spare(write_script, tmp_path):
+    script = write_script("restart.py", '''
+        import json, os, sys
+        attempt = os.environ["DISTRIB_RESTART_COUNT"]
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        with open(os.path.join(sys.argv[1], f"ppid-{index}-{attempt}"), "w") as f:
+            f.write(str(os.getppid()))
+        if attempt == "0" and index == 0:
+            import time
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(sys.argv[1], "ppid-1-0")) and time.monotonic() < deadline:
+                time.sleep(0.01)  # poll: worker 1 has written its file before this one fails
+            sys.exit(1)
+        if attempt == "0":
+            import threading
+            threading.Event().wait()  # stopped by the launcher when worker 0 fails
+    ''')
+    result = launch(str(script), [str(tmp_path)], workers=2, output="capture", timeout=_TIMEOUT, max_restarts=1,
+                    env={"DISTRIB_LAUNCH_FORK": None})
+    assert result.returncode == 0 and result.restarts == 1, result.output
+    ppid = {(i, a): int((tmp_path / f"ppid-{i}-{a}").read_text()) for i in (0, 1) for a in (0, 1)}
+    assert ppid[0, 0] == ppid[1, 0] == os.getpid()  # started by this launcher, importing in parallel
+    assert ppid[0, 1] == ppid[1, 1] != os.getpid()  # forks of the one spare server
+
+
+def test_without_restarts_no_spare_is_started(write_script, tmp_path):
+    script = write_script("once.py", '''
+        import os, sys
+        with open(os.path.join(sys.argv[1], "ppid"), "w") as f:
+            f.write(str(os.getppid()))
+    ''')
+    result = launch(str(script), [str(tmp_path)], workers=1, output="capture", timeout=_TIMEOUT,
+                    env={"DISTRIB_LAUNCH_FORK": None})
+    assert result.returncode == 0, result.output
+    assert int((tmp_path / "ppid").read_text()) == os.getpid()
+
+
+def test_a_bad_mode_is_one_clear_error(tmp_path):
+    (tmp_path / "x.py").write_text("")
+    with pytest.raises(ValueError, match=r"DISTRIB_LAUNCH_FORK must be 0, 1 or spare, got 'yes'"):
+        launch(str(tmp_path / "x.py"), workers=1, env={"DISTRIB_LAUNCH_FORK": "yes"})
