@@ -54,6 +54,7 @@ class ElasticCollective(Membership, TorchCollective):
     log: OpLog
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None
+    _snapshot_listeners: Optional[List[Any]] = None
     _gen = 0
 
     @classmethod
@@ -72,6 +73,18 @@ class ElasticCollective(Membership, TorchCollective):
         return collective
 
     # ---------------------------------------------------------- snapshots
+    def add_snapshot_listener(self, listener: Any) -> None:
+        """Call ``listener.before_snapshot()`` on every task before each snapshot is taken (it may run
+        collectives), and ``listener.restored()`` in a task that loaded a survivor's snapshot.
+
+        `distrib.metrics.elastic_fold.MetricFold` is one: it moves every replica's metric sums onto
+        replica 0 before a snapshot, so the one snapshot a replacement restores holds no other
+        replica's sums, and zeros them in the replacement after the program restored its checkpoint.
+        """
+        if self._snapshot_listeners is None:
+            self._snapshot_listeners = []
+        self._snapshot_listeners.append(listener)
+
     def keep_snapshot(self, state: Callable[[], Any]) -> None:
         """Keep ``state()`` as the newest in-memory snapshot (every task calls it).
 
@@ -79,10 +92,17 @@ class ElasticCollective(Membership, TorchCollective):
         are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
         only if a replacement or joiner is sent it).
         """
+        for listener in self._snapshot_listeners or ():
+            listener.before_snapshot()
         data = state()
         if self._replay is not None and self._replay.in_startup:
             return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
         self.log.keep_snapshot(data)
+
+    def snapshot_restored(self) -> None:
+        """The program loaded the snapshot `take_snapshot` returned (see `add_snapshot_listener`)."""
+        for listener in self._snapshot_listeners or ():
+            listener.restored()
 
     def take_snapshot(self) -> Optional[bytes]:
         """In a replacement, the survivor's snapshot to restore now (once); else None."""
@@ -271,6 +291,9 @@ _HERE = tuple(os.path.join("distrib", "comm", *parts) for parts in (("elastic", 
                                                                     ("elastic", "resize.py")))
 
 
+_FORK_SERVER = os.path.join("distrib", "process", "fork_server.py")
+
+
 def _call_site(depth: int = 4) -> str:
     """Where the program issued this collective: the first ``depth`` frames outside the collectives.
 
@@ -281,6 +304,8 @@ def _call_site(depth: int = 4) -> str:
     parts: List[str] = []
     while frame is not None and len(parts) < depth:
         name = frame.f_code.co_filename
+        if name.endswith(_FORK_SERVER):
+            break  # a task forked by `distrib launch`: the frames from here out are not the program's
         if not name.endswith(_HERE):
             parts.append(f"{os.path.basename(name)}:{frame.f_code.co_name}:{frame.f_lineno}")
         frame = frame.f_back
