@@ -203,6 +203,9 @@ def test_a_worker_leaving_mid_job_keeps_the_result_of_a_fixed_size_run(scripts, 
     for task, weights in finals.items():
         assert extras[task]["replicas"] == 2
         assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
+    if name == "ctl":  # a metric's sums: the replacement's share since the snapshot counted once, none lost
+        for task in finals:
+            assert extras[task]["extra"]["mean"] == pytest.approx(reference[name][1]["mean"], rel=1e-5)
     if name == "fit":
         history, fixed = extras[0]["extra"], reference[name][1]
         assert history.keys() == fixed.keys()
@@ -304,3 +307,6 @@ def test_a_worker_lost_after_the_job_shrank_is_replaced_and_the_result_is_kept(s
     for task, weights in finals.items():
         assert extras[task]["replicas"] == 2
         assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
+    if name == "ctl":  # a metric's sums: the replacement's share since the snapshot counted once, none lost
+        for task in finals:
+            assert extras[task]["extra"]["mean"] == pytest.approx(reference[name][1]["mean"], rel=1e-5)

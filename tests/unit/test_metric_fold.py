@@ -24,6 +24,9 @@ class _Collective:
     def add_resize_listener(self, listener):
         self.listeners.append(listener)
 
+    def add_snapshot_listener(self, listener):
+        self.snapshot_listeners = getattr(self, "snapshot_listeners", []) + [listener]
+
 
 class _Strategy:
     def __init__(self, collective):
@@ -65,7 +68,8 @@ def test_only_metrics_of_an_elastic_job_are_registered_once_per_collective():
             register_for_resizes(m)
             kept.append(m)
     assert len(elastic.listeners) == 1 and elastic.listeners[0].metrics == kept[:2]
-    assert fixed.listeners == []
+    assert elastic.snapshot_listeners == elastic.listeners  # the same fold runs before each snapshot
+    assert fixed.listeners == [] and not hasattr(fixed, "snapshot_listeners")
 
 
 def test_a_dropped_metric_is_not_folded_and_different_lists_skip_the_fold():
@@ -79,3 +83,21 @@ def test_a_dropped_metric_is_not_folded_and_different_lists_skip_the_fold():
     collective.control_all_reduce = lambda t, op: torch.tensor([5.0, -2.0], dtype=torch.float64)  # 2 vs 5 values
     fold([False, True])
     assert collective.calls == 0 and float(kept.local_result()) == 4.0
+
+
+def test_before_a_snapshot_sums_move_to_replica_0_and_a_restored_replacement_zeros_its_own():
+    """A replacement (never replica 0) restores one survivor's snapshot, taken after the fold."""
+    for rank in (0, 1):
+        a, b = _metrics([1.0, 2.0])
+        collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
+        fold = MetricFold(collective)
+        fold.add(a)
+        fold.add(b)
+        fold.before_snapshot()
+        assert collective.calls == 1
+        held = [float(t) for m in (a, b) for t in m.state_tensors().values()]
+        assert held == ([12.0, 5.0, 15.0, 2.0] if rank == 0 else [0.0] * 4)
+        a.update_state(torch.tensor([7.0]))  # the program's checkpoint loads a survivor's sums into it
+        fold.restored()
+        after = [float(t) for m in (a, b) for t in m.state_tensors().values()]
+        assert after == ([19.0, 6.0, 15.0, 2.0] if rank == 0 else [0.0] * 4)

@@ -295,6 +295,9 @@ class CheckpointManager:
         snapshot = take() if take is not None else None
         if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
             self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
+            restored = getattr(role.collective, "snapshot_restored", None)
+            if restored is not None:
+                restored()
             path = PEER_SNAPSHOT
         elif path is not None:
             self._checkpoint.restore(path)

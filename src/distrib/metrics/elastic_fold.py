@@ -11,6 +11,10 @@ every other replica zeros, so ``result()`` is unchanged and nothing is lost.
 (`fit` folds its own metrics and loss the same way; folding twice changes
 nothing.)
 
+The same fold runs before each elastic snapshot (`ElasticCollective.add_snapshot_listener`): a
+replacement restores one survivor's snapshot, which then holds no other replica's sums, and it
+zeros its own after loading it (replica 0, which holds them, is never replaced).
+
 Example (3 replicas counted 4, 5 and 3 examples; worker 1 leaves):
     fold -> replica 0: 12, replicas 1 and 2: 0; the job goes on with 2 replicas, result() still over 12
 """
@@ -57,6 +61,20 @@ class MetricFold:
         self._refs = [weakref.ref(m) for m in alive]
         return alive
 
+    def before_snapshot(self) -> None:
+        """Fold every replica's sums onto replica 0 (collective): the snapshot then holds no other replica's."""
+        self([])
+
+    def restored(self) -> None:
+        """In a replacement that loaded a survivor's snapshot: zero the sums, unless this is replica 0.
+
+        The snapshot was taken right after `before_snapshot`, when only replica 0 held sums (a
+        metric the program's checkpoint holds was just loaded with the survivor's values).
+        """
+        if self._collective.rank != 0:
+            for metric in self.metrics:
+                metric.reset_state()
+
     def __call__(self, leaving: List[bool]) -> None:
         states = [m.state_tensors() for m in self.metrics]
         flat = torch.cat([pack(s).cpu() for s in states]) if states else torch.zeros(0, dtype=torch.float64)
@@ -88,4 +106,5 @@ def register_for_resizes(metric: Any) -> None:
     if fold is None:
         fold = _folds[collective] = MetricFold(collective)
         collective.add_resize_listener(fold)
+        collective.add_snapshot_listener(fold)
     fold.add(metric)
