@@ -40,14 +40,20 @@ def _metrics(values):
     return a, b
 
 
+def _two_metrics_folded_on(rank):
+    """Means a (saw 1, 2) and b (saw 10) on replica ``rank``; the other replicas: a saw 3 examples
+    summing to 9, b 1 example of 5."""
+    a, b = _metrics([1.0, 2.0])
+    collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
+    fold = MetricFold(collective)
+    fold.add(a)
+    fold.add(b)
+    return a, b, collective, fold
+
+
 def test_replica_0_takes_every_replicas_sums_and_the_others_keep_zeros_in_one_all_reduce():
     for rank in (0, 1):
-        a, b = _metrics([1.0, 2.0])
-        # the other replicas: Mean a saw 3 examples summing to 9, Mean b 1 example of 5
-        collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
-        fold = MetricFold(collective)
-        fold.add(a)
-        fold.add(b)
+        a, b, collective, fold = _two_metrics_folded_on(rank)
         fold([False, True])
         assert collective.calls == 1
         if rank == 0:
@@ -88,11 +94,7 @@ def test_a_dropped_metric_is_not_folded_and_different_lists_skip_the_fold():
 def test_before_a_snapshot_sums_move_to_replica_0_and_a_restored_replacement_zeros_its_own():
     """A replacement (never replica 0) restores one survivor's snapshot, taken after the fold."""
     for rank in (0, 1):
-        a, b = _metrics([1.0, 2.0])
-        collective = _Collective(rank, torch.tensor([9.0, 3.0, 5.0, 1.0], dtype=torch.float64))
-        fold = MetricFold(collective)
-        fold.add(a)
-        fold.add(b)
+        a, b, collective, fold = _two_metrics_folded_on(rank)
         fold.before_snapshot()
         assert collective.calls == 1
         held = [float(t) for m in (a, b) for t in m.state_tensors().values()]

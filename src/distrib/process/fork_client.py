@@ -41,6 +41,7 @@ import threading
 import time
 from typing import IO, Any, Dict, Mapping, Optional, Sequence, Union
 
+from distrib.process.fork_server import PRELOADED
 from distrib.process.spawn import start_process, start_task
 
 __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "TaskStarter", "can_fork"]
@@ -59,7 +60,6 @@ RUNTIME_VARIABLES = frozenset({
 
 _READY_SECONDS = 120.0
 _REPLY_SECONDS = 30.0
-_PRELOADED = ("numpy", "torch")  # distrib.process.fork_server.PRELOADED, without importing it here
 
 
 def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping[str, str], *,
@@ -80,7 +80,7 @@ def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping
         if key not in RUNTIME_VARIABLES and not key.startswith("DISTRIB_"):
             return False
     return not any(os.path.exists(os.path.join(home, name)) or os.path.exists(os.path.join(home, name + ".py"))
-                   for name in _PRELOADED)
+                   for name in PRELOADED)
 
 
 class ForkServer:
