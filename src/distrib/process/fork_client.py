@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from distrib.process.fork_server import PRELOADED
 from distrib.process.spawn import start_process, start_task
@@ -48,7 +48,7 @@ __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "Task
 
 log = logging.getLogger("distrib.launch")
 
-#: ``0`` starts every task as a new process (no fork server).
+#: ``0`` (new processes only), ``spare`` (default) or ``1`` (every task a fork): see `TaskStarter`.
 FORK_ENV = "DISTRIB_LAUNCH_FORK"
 
 #: Variables a task reads only once it runs (besides ``DISTRIB_*``): they may differ between tasks
@@ -117,14 +117,8 @@ class ForkServer:
 
     def wait_ready(self, timeout: float = _READY_SECONDS) -> bool:
         """Whether the server is ready to fork, waiting up to ``timeout`` seconds for it."""
-        deadline = time.monotonic() + timeout
         with self._changed:
-            while not self._ready and not self._gone:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._changed.wait(remaining)
-            return self._ready and not self._gone
+            return self._await(lambda: self._ready, timeout) and not self._gone
 
     def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str]) -> "ForkedProcess":
         """Fork a task running ``command[1:]`` with ``env`` in ``cwd``; its output comes back on pipes."""
@@ -153,16 +147,10 @@ class ForkServer:
 
     def exit_code(self, pid: int, timeout: Optional[float]) -> Optional[int]:
         """Task ``pid``'s exit status once it ended (``-9`` if the server died under it); None on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
-            while pid not in self._exits:
-                if self._gone:
-                    return -signal.SIGKILL  # the tasks die with the server (PR_SET_PDEATHSIG)
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
-            return self._exits[pid]
+            if self._await(lambda: pid in self._exits, timeout):
+                return self._exits[pid]
+            return -signal.SIGKILL if self._gone else None  # tasks die with the server (PR_SET_PDEATHSIG)
 
     def close(self) -> None:
         """Hang up: the server exits (tasks still running die with it); one still importing is killed."""
@@ -186,16 +174,20 @@ class ForkServer:
         return json.loads(data)
 
     def _next_reply(self) -> Dict[str, Any]:
-        deadline = time.monotonic() + _REPLY_SECONDS
         with self._changed:
-            while not self._replies:
-                if self._gone:
-                    raise OSError("the fork server is gone")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise OSError("the fork server did not answer")
-                self._changed.wait(remaining)
-            return self._replies.pop(0)
+            if self._await(lambda: bool(self._replies), _REPLY_SECONDS):
+                return self._replies.pop(0)
+            raise OSError("the fork server is gone" if self._gone else "the fork server did not answer")
+
+    def _await(self, done: Callable[[], bool], timeout: Optional[float]) -> bool:
+        """With the condition held: wait until ``done()``, the server is gone or ``timeout`` passed; ``done()``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done() and not self._gone:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            self._changed.wait(remaining)
+        return done()
 
     def _read(self) -> None:
         try:

@@ -36,7 +36,6 @@ __all__ = ["ELASTIC_ENV", "SNAPSHOT_EVERY_ENV", "DEFAULT_SNAPSHOT_EVERY", "elast
            "request_leave", "leave_requested", "leave_on_signal"]
 
 
-
 def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether this task runs with elastic recovery (``DISTRIB_ELASTIC=1``)."""
     env = os.environ if environ is None else environ

@@ -44,7 +44,6 @@ __all__ = ["Membership", "LEFT_DIR_ENV", "open_job_store"]
 log = logging.getLogger("distrib.elastic")
 
 
-
 class Membership:
     """Mixed into `ElasticCollective` (which provides the groups, store, log and naming)."""
 
