@@ -5,6 +5,9 @@
 # their time waiting on start-up, rendezvous and timeouts, so two at once keep
 # 2 cores busy. DISTRIB_TEST_PROCESSES=1 runs them one at a time; extra
 # arguments go to pytest (./scripts/test.sh -m slow runs the long tests).
+# The harness (distrib.testing) forks the tasks it starts from one preloaded
+# server per pytest process, so PyTorch is imported once per process, not per
+# task; DISTRIB_LAUNCH_FORK=0 makes every task a new process instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/env.sh

@@ -27,15 +27,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping
+from typing import Any, Callable, Dict, Iterator, List, Mapping
 
 import pytest
 
 from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
 from distrib.process.ports import reserve_ports
+from distrib.testing import start_python
 
 __all__ = ["Cluster", "cluster_starter", "marker", "await_marker"]
 
@@ -50,7 +50,7 @@ class Cluster:
         layout = ClusterLayout(workers=workers, chief=True, ps=ps)
         self.cluster = build_cluster(layout, "127.0.0.1", reserve_ports(len(layout.tasks())))
         self.tmp, self.run, self.timeout = tmp, run, wait
-        self.procs: Dict[str, subprocess.Popen] = {}
+        self.procs: Dict[str, Any] = {}  # subprocess.Popen, or a fork of the test process's server
         for task in layout.tasks():
             if task.name in skip:
                 continue
@@ -58,9 +58,8 @@ class Cluster:
                                         restart_count=0)
             task_env.update(OMP_NUM_THREADS="1", PS_TEST_DIR=str(tmp), **dict(env))
             with open(self.log_path(task.name), "wb") as log:
-                self.procs[task.name] = subprocess.Popen([sys.executable, script, scenario], env=task_env,
-                                                         stdout=log, stderr=subprocess.STDOUT,
-                                                         start_new_session=True)
+                self.procs[task.name] = start_python([script, scenario], env=task_env, output=log,
+                                                       runtime=("PS_TEST_DIR",))
 
     def log_path(self, name: str) -> Path:
         prefix = f"{self.run}." if self.run else ""

@@ -1,11 +1,9 @@
 """Seed 000's custom training loop, ported: runs alone and on 2 workers, checkpoints, resumes."""
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_ctl.py"
 
@@ -18,7 +16,7 @@ def _epochs(output):
 def test_runs_alone(tmp_path):
     env = dict(os.environ, MNIST_EPOCHS="1", MNIST_STEPS="5", MNIST_CKPT_DIR=str(tmp_path / "ckpt"))
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run([sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True, timeout=180)
+    proc = run_python([str(EXAMPLE)], env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [e for e, _, _ in _epochs(proc.stdout)] == [0]
 

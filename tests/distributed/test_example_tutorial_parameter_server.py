@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-import subprocess
-import sys
 
 import pytest
+
+from distrib.testing import run_python
 
 from distrib.comm.secret import new_secret
 from distrib.launch import launch
@@ -67,7 +67,7 @@ def _check(out: str) -> None:
 def _in_process(env: dict) -> str:
     """The chief's output: the example started plainly, its own in-process cluster."""
     base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    proc = subprocess.run([sys.executable, EXAMPLE], env={**base, **env}, capture_output=True, text=True, timeout=350)
+    proc = run_python([EXAMPLE], env={**base, **env}, timeout=350)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     return proc.stdout
 

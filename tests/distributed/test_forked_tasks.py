@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 
 import pytest
 
 from distrib.launch import launch
-from distrib.process.fork_client import can_fork
+from distrib.process.fork_client import SharedForkServer, can_fork
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
 
@@ -213,3 +215,56 @@ def test_a_bad_mode_is_one_clear_error(tmp_path):
     (tmp_path / "x.py").write_text("")
     with pytest.raises(ValueError, match=r"DISTRIB_LAUNCH_FORK must be 0, 1 or spare, got 'yes'"):
         launch(str(tmp_path / "x.py"), workers=1, env={"DISTRIB_LAUNCH_FORK": "yes"})
+
+
+def test_launches_given_shared_servers_fork_from_them_one_server_per_start_up_environment(write_script, tmp_path):
+    """What the test harness relies on: one `import torch` for many launches, never a stale server."""
+    script = write_script("report.py", _REPORT)
+    shared = SharedForkServer(max_servers=2)
+    runs = iter(range(100))
+
+    def parents(**env):
+        out = tmp_path / f"run-{next(runs)}"
+        out.mkdir()
+        result = launch(str(script), [str(out)], workers=1, output="capture", timeout=_TIMEOUT,
+                        env={"DISTRIB_LAUNCH_FORK": None, **env}, fork_server=shared)
+        assert result.returncode == 0, result.output
+        (state,) = _states(out, workers=1)
+        assert state["ppid"] != os.getpid()  # forked from a server
+        return state["ppid"]
+
+    try:
+        first = parents()
+        assert parents() == first
+        other = parents(PYTHONPATH=str(tmp_path))  # a start-up variable the first server lacks
+        assert other != first
+        assert parents() == first and parents(PYTHONPATH=str(tmp_path)) == other
+        third = parents(PYTHONPATH=str(tmp_path / "x"))  # two servers at most: the least recently used goes
+        assert third not in (first, other)
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)
+        assert parents(PYTHONPATH=str(tmp_path)) == other
+
+        os.kill(other, signal.SIGKILL)
+        next(s for s in shared._servers if s.env.get("PYTHONPATH") == str(tmp_path))._proc.wait(timeout=_TIMEOUT)
+        assert parents(PYTHONPATH=str(tmp_path)) not in (other, third)  # a dead server is replaced
+    finally:
+        shared.close()
+
+
+def test_run_python_is_subprocess_run_forked_and_times_out_alike(write_script, tmp_path):
+    script = write_script("talk.py", "import os, sys\nprint('out', sys.argv[1:], os.getcwd())\n"
+                                     "print('err', file=sys.stderr)\nprint(os.getppid(), file=sys.stderr)\n"
+                                     "sys.exit(3)\n")
+    env = {k: v for k, v in os.environ.items() if k != "DISTRIB_LAUNCH_FORK"}
+    forked = run_python([script, "a"], env=env, cwd=tmp_path)
+    fresh = subprocess.run([sys.executable, str(script), "a"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (3, fresh.stdout)
+    assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == "err"
+    assert int(forked.stderr.splitlines()[1]) != os.getpid()  # a fork of the test process's server
+    assert int(fresh.stderr.splitlines()[1]) == os.getpid()
+
+    slow = write_script("slow.py", "import sys, time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        run_python([slow], env=env, timeout=3)
+    assert "started" in caught.value.output

@@ -6,13 +6,11 @@ of 10 must take the same steps and print the same losses: losses scaled by
 the global batch, gradients summed across replicas.
 """
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guide_ctl.py"
 SEED = "3"
@@ -39,8 +37,7 @@ def _check(out, steps_per_pass):
 
 def _run(strategy):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    proc = subprocess.run([sys.executable, str(EXAMPLE), "--strategy", strategy, "--seed", SEED], env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = run_python([str(EXAMPLE), "--strategy", strategy, "--seed", SEED], env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

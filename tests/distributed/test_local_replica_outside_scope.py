@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,8 +61,7 @@ def _run_plain(tmp_path, devices):
     env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     env.pop("TF_CONFIG", None)
     env.pop("DISTRIB_LOCAL_DEVICES", None)
-    proc = subprocess.run([sys.executable, str(script), str(out), devices], env=env, cwd=str(tmp_path),
-                          capture_output=True, text=True, timeout=240)
+    proc = run_python([str(script), str(out), devices], env=env, cwd=str(tmp_path), timeout=240)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return out, proc.stdout
 
@@ -115,8 +113,8 @@ def test_differently_seeded_processes_stop_with_one_line(tmp_path):
     script = tmp_path / "seeded.py"
     script.write_text(SCRIPT.replace("torch.manual_seed(0)", "torch.manual_seed(strategy.replica_id)"))
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "cpu:0,cpu:1"], cwd=str(tmp_path),
-                          env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=240)
+    proc = run_python([str(script), str(tmp_path), "cpu:0,cpu:1"], cwd=str(tmp_path),
+                      env=dict(env, OMP_NUM_THREADS="1"), timeout=240)
     assert proc.returncode != 0
     assert "DivergedReplicasError: model.fit(): the model (created outside any strategy scope) has different " \
            "weights in local replica processes 0 and 1" in proc.stderr, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """ParameterServerStrategy + ClusterCoordinator on real processes (chief, workers, ps on 127.0.0.1).
 
-Each test launches this file as every task of a cluster (``distrib.launch.launch``
+Each test launches this file as every task of a cluster (``distrib.testing.run_script``
 with ``chief=True`` and ``ps=N``); ``python test_parameter_server.py SCENARIO``
 runs one scenario. Workers and ps tasks serve inside the strategy's
 constructor; the chief runs the scenario and prints one ``RESULT {json}`` line.
@@ -14,8 +14,7 @@ import sys
 import pytest
 
 from distrib.comm.secret import new_secret
-from distrib.launch import launch
-from distrib.launch.result import LaunchTimeoutError
+from distrib.testing import ClusterRunError, run_script
 
 HERE = os.path.abspath(__file__)
 EXAMPLE = os.path.join(os.path.dirname(HERE), "..", "..", "examples", "ps_ctl.py")
@@ -26,9 +25,9 @@ def run_ps_cluster(target: str, args=(), *, workers: int = 2, ps: int = 1, timeo
                    env=None):
     """Launch ``target`` as chief + workers + ps; return the launch result (must succeed)."""
     try:
-        result = launch(target, list(args), workers=workers, chief=True, ps=ps, output="capture",
-                        timeout=timeout, grace_seconds=5, env={"OMP_NUM_THREADS": "1", "DISTRIB_JOB_SECRET": new_secret(), **(env or {})})
-    except LaunchTimeoutError as exc:
+        result = run_script(target, workers, args=list(args), chief=True, ps=ps, timeout=timeout,
+                            env={"OMP_NUM_THREADS": "1", "DISTRIB_JOB_SECRET": new_secret(), **(env or {})})
+    except ClusterRunError as exc:
         pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
     assert result.returncode == 0, result.output[-6000:]
     return result
@@ -305,8 +304,7 @@ def test_cluster_without_ps_is_a_clear_error():
                                      task_type="ps", task_id=0)
     with pytest.raises(ClusterConfigError, match="needs at least one 'chief' task"):
         ParameterServerStrategy(resolver)
-    result = launch(HERE, ["linreg"], workers=2, chief=True, ps=0, output="capture", timeout=100,
-                    grace_seconds=5, env={"OMP_NUM_THREADS": "1"})
+    result = run_script(HERE, 2, args=["linreg"], chief=True, timeout=100, env={"OMP_NUM_THREADS": "1"})
     assert result.returncode != 0
     assert "ClusterConfigError: ParameterServerStrategy needs at least one 'ps' task" in result.output
 

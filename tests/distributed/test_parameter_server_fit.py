@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from distrib.testing import run_python
 from ps_task_harness import await_marker as _await_marker
 from ps_task_harness import cluster_starter
 from ps_task_harness import marker as _marker
@@ -181,8 +182,8 @@ def scenario_fit_backup() -> None:
 @pytest.mark.timeout(300)
 def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     """Chief (this scenario's process) + 2 workers + 2 ps as its child processes; a lazy first layer."""
-    proc = subprocess.run([sys.executable, HERE, "fit_in_process"], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PS_TEST_DIR": str(tmp_path)})
+    proc = run_python([HERE, "fit_in_process"], timeout=240,
+                      env={**os.environ, "OMP_NUM_THREADS": "1", "PS_TEST_DIR": str(tmp_path)})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     r = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 import torch
 
 import distrib
-from distrib.testing import run_cluster
+from distrib.testing import run_cluster, run_python
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -86,8 +85,7 @@ def test_local_replica_processes_get_every_prediction_in_order(tmp_path):
     script = tmp_path / "predict_local.py"
     script.write_text(LOCAL_REPLICAS_SCRIPT.format(here=str(Path(__file__).parent)))
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(env, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=200)
+    proc = run_python([str(script)], cwd=tmp_path, env=dict(env, OMP_NUM_THREADS="1"), timeout=200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for replica in (0, 1):
         result = json.loads((tmp_path / f"out.{replica}.json").read_text())

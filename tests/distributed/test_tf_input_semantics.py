@@ -8,14 +8,13 @@ recorded for the same programs.
 """
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from distrib.testing import run_cluster
+from distrib.testing import run_cluster, run_python
 
 TF_REFERENCE = str(Path(__file__).resolve().parents[1] / "tf_reference")
 sys.path.insert(0, TF_REFERENCE)
@@ -50,9 +49,9 @@ def test_mirrored_two_devices_in_two_processes_behaves_as_tf(tmp_path):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED_SCRIPT)
     out = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, str(script), TF_REFERENCE, json.dumps(files), str(out)],
-                          cwd=tmp_path, text=True, capture_output=True, timeout=240,
-                          env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    proc = run_python([str(script), TF_REFERENCE, json.dumps(files), str(out)],
+                      cwd=tmp_path, timeout=240,
+                      env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
     assert [r.pop("placement") for r in records] == [[0, 1], [1, 1]]

@@ -22,13 +22,11 @@ same 100 steps (`test_tensorflow_drifts_from_itself_as_much`).
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tutorial_custom_training.py"
 TF = json.loads((Path(__file__).resolve().parents[1] / "data" / "tf_reference" /
@@ -87,9 +85,9 @@ def _run_local(tmp_path, devices):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
     if devices > 1:
         env["DISTRIB_LOCAL_DEVICES"] = ",".join(f"cpu:{i}" for i in range(devices))
-    cmd = [sys.executable, str(EXAMPLE), *ARGS, "--batch-size-per-replica", str(GLOBAL_BATCH // devices),
+    args = [str(EXAMPLE), *ARGS, "--batch-size-per-replica", str(GLOBAL_BATCH // devices),
            "--checkpoint-dir", str(tmp_path / "ckpt")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_python(args, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _parse(proc.stdout), tmp_path / "ckpt"
 

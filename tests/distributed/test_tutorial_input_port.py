@@ -11,13 +11,11 @@ import ast
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tutorial_distributed_input.py"
 TF_REFERENCE = Path(__file__).resolve().parents[1] / "data" / "tf_reference" / "tutorial_distributed_input.json"
@@ -47,8 +45,7 @@ def _matches_tensorflow(output, tf_record):
 
 def _run(args=(), env=None):
     base = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
-    proc = subprocess.run([sys.executable, str(EXAMPLE), *args], env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=240)
+    proc = run_python([str(EXAMPLE), *args], env={**base, **(env or {})}, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from distrib.checkpoint import storage
-from distrib.testing import run_script
+from distrib.testing import run_python, run_script
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -44,8 +42,7 @@ TF_SAVE_AND_LOAD = json.loads((TF_DATA / "tutorial_save_and_load.json").read_tex
 def _alone(script, tmp_path, env_extra):
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1", **env_extra)
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path), capture_output=True,
-                          text=True, timeout=560)
+    proc = run_python([str(script)], env=env, cwd=str(tmp_path), timeout=560)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc.stdout
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
-from distrib.process.fork_client import FORK_ENV, TaskStarter
+from distrib.process.fork_client import FORK_ENV, SharedForkServer, TaskStarter
 from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
@@ -78,6 +78,7 @@ def launch(
     elastic: bool = False,
     rejoins: int = 0,
     start_workers: Optional[int] = None,
+    fork_server: Optional[SharedForkServer] = None,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -134,6 +135,11 @@ def launch(
             nodes); the others join the running job as they come up, at a step
             boundary (``distrib launch --workers MIN:MAX``, ``--nnodes MIN:MAX``).
             Default: all of them start it.
+        fork_server: a `distrib.process.fork_client.SharedForkServer` that
+            outlives this launch: every task it can start exactly is a fork of
+            it, the first ones included (for a program, such as a test
+            suite, that runs many launches and would otherwise pay
+            ``import torch`` in every task). Unless ``DISTRIB_LAUNCH_FORK=0``.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -164,7 +170,8 @@ def launch(
         base_env[START_ENV] = str(start_workers)
     job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
                base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)),
-               TaskStarter(base_env.get(FORK_ENV), restarts_possible=elastic or max_restarts > 0))
+               TaskStarter(base_env.get(FORK_ENV), restarts_possible=elastic or max_restarts > 0,
+                           shared=fork_server))
     try:
         return _run_attempts(job, plan, host, router, timeout, max_restarts, elastic, grace_seconds)
     finally:

@@ -39,12 +39,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
 from distrib.process.fork_server import PRELOADED
 from distrib.process.spawn import start_process, start_task
 
-__all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "TaskStarter", "can_fork"]
+__all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "SharedForkServer", "TaskStarter",
+           "can_fork"]
 
 log = logging.getLogger("distrib.launch")
 
@@ -53,9 +54,14 @@ FORK_ENV = "DISTRIB_LAUNCH_FORK"
 
 #: Variables a task reads only once it runs (besides ``DISTRIB_*``): they may differ between tasks
 #: that fork from one server. (``OMP_NUM_THREADS`` is not one: OpenMP and OpenBLAS read it when they load.)
+#: The others are read by what loads after the fork (the server imports only `PRELOADED`), and a
+#: launching process often sets them itself: ``torch._dynamo`` sets ``TORCHINDUCTOR_CACHE_DIR`` to its
+#: default when it loads, distrib's Keras saving sets ``KERAS_BACKEND``, its gloo setup
+#: ``GLOO_SOCKET_IFNAME``.
 RUNTIME_VARIABLES = frozenset({
     "TF_CONFIG", "COLUMNS", "LINES", "CUDA_VISIBLE_DEVICES",
     "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "TORCHINDUCTOR_CACHE_DIR", "KERAS_BACKEND", "KERAS_HOME", "GLOO_SOCKET_IFNAME", "PYTEST_CURRENT_TEST",
 })
 
 _READY_SECONDS = 120.0
@@ -63,8 +69,12 @@ _REPLY_SECONDS = 30.0
 
 
 def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping[str, str], *,
-             python: str = sys.executable, cwd: Optional[str] = None) -> bool:
-    """Whether a fork of a server started with ``server_env`` would start ``command`` as a new process would."""
+             python: str = sys.executable, cwd: Optional[str] = None, runtime: Iterable[str] = ()) -> bool:
+    """Whether a fork of a server started with ``server_env`` would start ``command`` as a new process would.
+
+    ``runtime`` names more variables that may differ: the caller's own, which
+    nothing reads before the task's program does (a test's ``PS_TEST_DIR``).
+    """
     if len(command) < 2 or command[0] != python:
         return False
     if command[1] == "-m":
@@ -77,7 +87,7 @@ def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping
         script = command[1] if os.path.isabs(command[1]) else os.path.join(cwd or os.getcwd(), command[1])
         home = os.path.dirname(os.path.realpath(script))
     for key in set(env) ^ set(server_env) | {k for k in env if env[k] != server_env.get(k)}:
-        if key not in RUNTIME_VARIABLES and not key.startswith("DISTRIB_"):
+        if key not in RUNTIME_VARIABLES and not key.startswith("DISTRIB_") and key not in runtime:
             return False
     return not any(os.path.exists(os.path.join(home, name)) or os.path.exists(os.path.join(home, name + ".py"))
                    for name in PRELOADED)
@@ -109,41 +119,63 @@ class ForkServer:
         self._lock = threading.Lock()
         self._changed = threading.Condition()
         self._exits: Dict[int, int] = {}
+        self._started: Set[int] = set()
         self._replies: list = []
         self._ready = False
         self._gone = False
         self._reader = threading.Thread(target=self._read, name="distrib-fork-server", daemon=True)
         self._reader.start()
 
+    @property
+    def gone(self) -> bool:
+        """Whether the server has exited (or hung up)."""
+        return self._gone or self._proc.poll() is not None
+
     def wait_ready(self, timeout: float = _READY_SECONDS) -> bool:
         """Whether the server is ready to fork, waiting up to ``timeout`` seconds for it."""
         with self._changed:
             return self._await(lambda: self._ready, timeout) and not self._gone
 
-    def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str]) -> "ForkedProcess":
-        """Fork a task running ``command[1:]`` with ``env`` in ``cwd``; its output comes back on pipes."""
+    def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
+              output: Optional[int] = None) -> "ForkedProcess":
+        """Fork a task running ``command[1:]`` with ``env`` in ``cwd``.
+
+        Its standard output and error come back on pipes (the result's
+        ``stdout`` and ``stderr``), or both go to the file descriptor ``output``.
+        """
         if not self.wait_ready(0):
             raise OSError("the fork server is not ready")
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        request = {"argv": list(command[1:]), "env": dict(env), "cwd": cwd or os.getcwd(), "new_session": True}
+        if output is None:
+            out_read, out_write = os.pipe()
+            err_read, err_write = os.pipe()
+            ours, theirs = [out_read, err_read], [out_write, err_write]
+        else:
+            ours, theirs = [], [output, output]
+        request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
+                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True}
         try:
             with self._lock:
-                socket.send_fds(self._sock, [json.dumps(request).encode()], [out_write, err_write])
+                socket.send_fds(self._sock, [json.dumps(request).encode()], theirs)
                 reply = self._next_reply()
+            if "pid" not in reply:
+                raise OSError(reply.get("error", "fork server gave no process"))
         except BaseException:
-            os.close(out_read)
-            os.close(err_read)
+            for fd in ours:
+                os.close(fd)
             raise
         finally:
-            os.close(out_write)
-            os.close(err_write)
-        if "pid" not in reply:
-            os.close(out_read)
-            os.close(err_read)
-            raise OSError(reply.get("error", "fork server gave no process"))
-        return ForkedProcess(int(reply["pid"]), os.fdopen(out_read, "rb", buffering=0),
-                             os.fdopen(err_read, "rb", buffering=0), self)
+            if output is None:
+                for fd in theirs:
+                    os.close(fd)
+        with self._changed:
+            self._started.add(int(reply["pid"]))
+        streams = [os.fdopen(fd, "rb", buffering=0) for fd in ours] or [None, None]
+        return ForkedProcess(int(reply["pid"]), streams[0], streams[1], self)
+
+    def running(self) -> int:
+        """How many of the tasks forked through this client have not ended."""
+        with self._changed:
+            return 0 if self._gone else len(self._started - set(self._exits))
 
     def exit_code(self, pid: int, timeout: Optional[float]) -> Optional[int]:
         """Task ``pid``'s exit status once it ended (``-9`` if the server died under it); None on timeout."""
@@ -210,7 +242,8 @@ class ForkServer:
 class ForkedProcess:
     """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses."""
 
-    def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes], server: ForkServer) -> None:
+    def __init__(self, pid: int, stdout: Optional[IO[bytes]], stderr: Optional[IO[bytes]],
+                 server: ForkServer) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
@@ -255,11 +288,15 @@ class TaskStarter:
       (less CPU: one import instead of one per task);
     * ``"0"``: every task is a new process.
 
+    With ``shared`` (a `SharedForkServer`), every task that can be is a fork
+    of that server, which outlives this starter (``mode`` is then ignored).
+
     Start tasks from the thread that lives as long as they should (the
     server, like a task, dies with the thread that started it).
     """
 
-    def __init__(self, mode: Optional[str] = None, *, restarts_possible: bool = True) -> None:
+    def __init__(self, mode: Optional[str] = None, *, restarts_possible: bool = True,
+                 shared: Optional["SharedForkServer"] = None) -> None:
         mode = (os.environ.get(FORK_ENV, "spare") if mode is None else mode).strip() or "spare"
         if mode not in ("0", "1", "spare"):
             raise ValueError(f"{FORK_ENV} must be 0, 1 or spare, got {mode!r}")
@@ -269,12 +306,13 @@ class TaskStarter:
         self._spare_needed = restarts_possible
         self._server: Optional[ForkServer] = None
         self._failed = False
+        self._shared = shared if self.mode != "0" or shared is None else None
 
     def start(self, command: Sequence[str], env: Mapping[str, str],
               cwd: Optional[str] = None) -> Union[subprocess.Popen, ForkedProcess]:
-        if self.mode == "1":
+        if self.mode == "1" and self._shared is None:
             self.prewarm(command, env, cwd)
-        server = self._server
+        server = self._shared.server_for(command, env, cwd) if self._shared is not None else self._server
         if server is not None and can_fork(command, env, server.env, cwd=cwd):
             # A server still importing is waited for: a new process would import the same, competing with it.
             server.wait_ready()
@@ -286,7 +324,7 @@ class TaskStarter:
 
     def prewarm(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None) -> None:
         """Start the server (once, in the background) with the environment of the task ``command``."""
-        if self.mode == "0" or self._server is not None or self._failed:
+        if self.mode == "0" or self._shared is not None or self._server is not None or self._failed:
             return
         if self.mode == "spare" and not self._spare_needed:
             return
@@ -302,3 +340,66 @@ class TaskStarter:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+
+class SharedForkServer:
+    """Preloaded servers that outlive launches: one per start-up environment, started at its first task.
+
+    A test suite runs hundreds of launches and scripts in one process; forking
+    their tasks from a shared server, it pays ``import torch`` once instead of
+    once per task. A task is forked from the live server whose start-up
+    environment is its own (`can_fork`: the same variables but
+    `RUNTIME_VARIABLES` and ``DISTRIB_*``); without one, a server is started
+    for it. At most ``max_servers`` live at once: the least recently used one
+    that runs no task makes room, and if every one runs tasks, the task is a
+    new process. A server dies with the thread that started it; a later task
+    then starts another.
+
+    Example:
+        >>> shared = SharedForkServer()
+        >>> # launch("train.py", workers=2, fork_server=shared); launch(..., fork_server=shared)
+        >>> shared.close()
+    """
+
+    def __init__(self, max_servers: int = 2) -> None:
+        self._lock = threading.Lock()
+        self._servers: List[ForkServer] = []  # the most recently used last
+        self._max = max(1, int(max_servers))
+
+    def server_for(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None,
+                   runtime: Iterable[str] = ()) -> Optional[ForkServer]:
+        """A live server that can fork ``command`` exactly, started now if needed; None if none can.
+
+        ``runtime``: the caller's own variables that may differ from the server's (see `can_fork`).
+        """
+        if not can_fork(command, env, env, cwd=cwd):
+            return None
+        with self._lock:
+            for server in [s for s in self._servers if s.gone]:
+                self._servers.remove(server)
+                server.close()
+            for server in self._servers:
+                if can_fork(command, env, server.env, cwd=cwd, runtime=runtime):
+                    self._servers.remove(server)
+                    self._servers.append(server)
+                    return server
+            if len(self._servers) >= self._max:
+                idle = [s for s in self._servers if not s.running()]
+                if not idle:
+                    return None
+                self._servers.remove(idle[0])
+                idle[0].close()
+            try:
+                server = ForkServer(env, cwd, first_command=command)
+            except OSError as exc:
+                log.debug("distrib launch: no shared fork server: %s", exc)
+                return None
+            self._servers.append(server)
+            return server
+
+    def close(self) -> None:
+        """Close every server (tasks still running die with theirs)."""
+        with self._lock:
+            servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()

@@ -87,6 +87,7 @@ def main(argv: List[str]) -> int:
     with open(argv[1], encoding="utf-8") as handle:
         spec = json.load(handle)
     name = os.environ.get("DISTRIB_TASK_NAME", "task")
+    sys.path.insert(0, os.path.dirname(spec["file"]))  # the function's module and its siblings import
     fn = _resolve(spec)
     _limit_threads()
     value = fn(*spec["args"], **spec["kwargs"])

@@ -8,6 +8,14 @@ environment a user's ``distrib launch`` gives them, on ports picked at run
 time, under a hard timeout. Tasks run with ``OMP_NUM_THREADS=1`` unless the
 caller's ``env`` or environment sets it (tests share few cores).
 
+Tasks start as forks of one preloaded server per test process (a
+`distrib.process.fork_client.SharedForkServer`, the launcher's fork server
+kept between launches), so a suite imports PyTorch once per process instead
+of once per task; a task that server cannot start exactly (another
+``PYTHONPATH``, ``OMP_NUM_THREADS``...) is a new process. With
+``DISTRIB_LAUNCH_FORK`` in the caller's ``env`` or environment, the launcher's
+own rule applies instead (``0``: new processes only).
+
 Example:
     In ``tests/distributed/test_sum.py``::
 
@@ -21,20 +29,25 @@ Example:
 from __future__ import annotations
 
 from distrib.errors import DistribError
+from distrib.hooks import at_exit
 
 import inspect
 import json
 import os
+import subprocess
+import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+import threading
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from distrib.launch.api import launch
 from distrib.launch.layout import ClusterLayout
+from distrib.process.fork_client import FORK_ENV, ForkedProcess, ForkServer, SharedForkServer
 from distrib.process.ports import free_port
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
 from distrib.testing.child import result_filename, to_jsonable
 
-__all__ = ["ClusterRunError", "run_cluster", "run_script", "free_port", "TAIL_LINES"]
+__all__ = ["ClusterRunError", "run_cluster", "run_script", "run_python", "start_python", "free_port", "TAIL_LINES"]
 
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
@@ -42,6 +55,9 @@ CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.p
 TAIL_LINES = 30
 
 _GRACE_SECONDS = 5.0
+
+_SHARED_SERVER = SharedForkServer(max_servers=2)
+at_exit(_SHARED_SERVER.close)
 
 
 class ClusterRunError(DistribError, RuntimeError):
@@ -69,14 +85,16 @@ def _report(headline: str, result: LaunchResult) -> str:
     return "\n".join(lines)
 
 
-def _task_env(env: Optional[Mapping[str, Optional[str]]], import_dir: Optional[str]) -> Dict[str, Optional[str]]:
+def _task_env(env: Optional[Mapping[str, Optional[str]]]) -> Dict[str, Optional[str]]:
     merged: Dict[str, Optional[str]] = dict(env or {})
     if "OMP_NUM_THREADS" not in merged and "OMP_NUM_THREADS" not in os.environ:
         merged["OMP_NUM_THREADS"] = "1"
-    if import_dir is not None:
-        current = merged.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
-        merged["PYTHONPATH"] = os.pathsep.join(p for p in (import_dir, current) if p)
     return merged
+
+
+def _fork_server(env: Mapping[str, Optional[str]]) -> Optional[SharedForkServer]:
+    """The process's shared server, unless the caller chose a fork mode itself."""
+    return None if FORK_ENV in env or FORK_ENV in os.environ else _SHARED_SERVER
 
 
 def _locate(fn: Callable[..., Any]) -> Dict[str, str]:
@@ -110,7 +128,7 @@ def run_cluster(
     Args:
         fn: a module-level function; tasks import its module by name, or from
             its file when that name is not importable (its directory is put
-            on ``PYTHONPATH``).
+            first on ``sys.path``).
         num_workers: number of ``worker`` tasks.
         args, kwargs: passed to ``fn`` as JSON (tensors and arrays arrive as nested lists).
         chief: add a ``chief`` task (its value comes first).
@@ -139,11 +157,11 @@ def run_cluster(
             raise TypeError(f"{label}: args and kwargs must be JSON-able: {exc}") from None
         with open(spec_path, "w", encoding="utf-8") as handle:
             handle.write(spec_text)
+        task_env = _task_env(env)
         try:
             result = launch(CHILD_SCRIPT, [spec_path], workers=num_workers, chief=chief,
                             max_restarts=max_restarts, timeout=timeout, output="capture",
-                            env=_task_env(env, os.path.dirname(where["file"])),
-                            grace_seconds=_GRACE_SECONDS)
+                            env=task_env, grace_seconds=_GRACE_SECONDS, fork_server=_fork_server(task_env))
         except LaunchTimeoutError as exc:
             raise ClusterRunError(_report(f"{label}: timed out after {timeout:g} s", exc.result),
                                   exc.result) from None
@@ -178,6 +196,7 @@ def run_script(
     module: bool = False,
     cwd: Optional[str] = None,
     evaluator: bool = False,
+    ps: int = 0,
 ) -> LaunchResult:
     """Launch a script (or module) as a test cluster with its output captured.
 
@@ -185,16 +204,106 @@ def run_script(
     ``result.returncode``, ``result.failures``, ``result.tasks``,
     ``result.outputs["worker 1"]`` (that task's output) and
     ``result.output`` (everything, prefixed, with the launcher's messages).
-    ``evaluator=True`` adds an ``evaluator`` task (``distrib launch --evaluator``).
+    ``evaluator=True`` adds an ``evaluator`` task (``distrib launch --evaluator``),
+    ``ps=N`` N parameter-server tasks (``--ps N``).
 
     Raises:
         ClusterRunError: time ran out (every task was stopped).
     """
+    task_env = _task_env(env)
     try:
-        return launch(path_or_module, [str(a) for a in args], workers=num_workers, chief=chief,
+        return launch(path_or_module, [str(a) for a in args], workers=num_workers, chief=chief, ps=ps,
                       evaluator=evaluator, module=module, max_restarts=max_restarts, timeout=timeout,
-                      output="capture", env=_task_env(env, None), cwd=cwd,
-                      grace_seconds=_GRACE_SECONDS)
+                      output="capture", env=task_env, cwd=cwd, grace_seconds=_GRACE_SECONDS,
+                      fork_server=_fork_server(task_env))
     except LaunchTimeoutError as exc:
         raise ClusterRunError(_report(f"run_script({path_or_module}): timed out after "
                                       f"{timeout:g} s", exc.result), exc.result) from None
+
+
+def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[Mapping[str, str]] = None,
+               cwd: Union[None, str, "os.PathLike[str]"] = None, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """``subprocess.run([sys.executable, *args], capture_output=True, text=True)``, forked where exact.
+
+    The process is a fork of this test process's preloaded server (as the
+    tasks of `run_cluster` are) when that starts it exactly as a new
+    ``python`` would (`distrib.process.fork_client.can_fork`), else a new
+    process; ``DISTRIB_LAUNCH_FORK=0`` in ``env`` or the environment always
+    makes a new one.
+
+    Args:
+        args: the interpreter's arguments: ``[script, *args]`` or ``["-m", module, *args]``.
+        env: the whole environment (default: this process's).
+        cwd: the working directory (default: the current one).
+        timeout: seconds before the process is killed and `subprocess.TimeoutExpired` raised.
+
+    Example:
+        >>> proc = run_python(["-m", "distrib", "launch", "--help"])
+        >>> proc.returncode, proc.stdout.startswith("usage: distrib launch")
+        (0, True)
+    """
+    command, full_env, cwd = _python_command(args, env, cwd)
+    forked = _forking_server(command, full_env, cwd)
+    if forked is None:
+        return subprocess.run(command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = forked.start(command, full_env, cwd)
+    chunks: Dict[str, List[bytes]] = {"out": [], "err": []}
+    readers = [threading.Thread(target=_drain, args=(stream, chunks[key]), daemon=True)
+               for key, stream in (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(_GRACE_SECONDS)
+        for reader in readers:
+            reader.join(_GRACE_SECONDS)
+        raise subprocess.TimeoutExpired(command, timeout, _text(chunks["out"]), _text(chunks["err"])) from None
+    for reader in readers:
+        reader.join()
+    return subprocess.CompletedProcess(command, code, _text(chunks["out"]), _text(chunks["err"]))
+
+
+def _drain(stream: IO[bytes], into: List[bytes]) -> None:
+    with stream:
+        for chunk in iter(lambda: stream.read(1 << 16), b""):
+            into.append(chunk)
+
+
+def _text(chunks: List[bytes]) -> str:
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def start_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, output: IO[bytes],
+                 env: Optional[Mapping[str, str]] = None, cwd: Union[None, str, "os.PathLike[str]"] = None,
+                 runtime: Sequence[str] = ()) -> Union[subprocess.Popen, ForkedProcess]:
+    """Start ``python *args`` in its own session, output and errors to the file ``output``; do not wait.
+
+    As `run_python`, a fork of the test process's preloaded server where
+    that is exact, else a new process; ``runtime`` names the caller's own
+    variables that may differ from the server's (nothing reads them before
+    the program does). The result has ``pid`` (its process group too),
+    ``poll()``, ``wait(timeout)`` (`subprocess.TimeoutExpired`), ``kill()``
+    and ``terminate()``.
+    """
+    command, full_env, cwd = _python_command(args, env, cwd)
+    forked = _forking_server(command, full_env, cwd, runtime)
+    if forked is None:
+        return subprocess.Popen(command, env=full_env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return forked.start(command, full_env, cwd, output=output.fileno())
+
+
+def _python_command(args: Sequence[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]],
+                    cwd: Union[None, str, "os.PathLike[str]"]) -> Tuple[List[str], Dict[str, str], Optional[str]]:
+    return ([sys.executable, *[os.fspath(a) for a in args]], dict(os.environ if env is None else env),
+            None if cwd is None else os.fspath(cwd))
+
+
+def _forking_server(command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
+                    runtime: Sequence[str] = ()) -> Optional[ForkServer]:
+    """A ready shared server that starts ``command`` exactly, or None (then: a new process)."""
+    shared = _fork_server(env)
+    server = shared.server_for(command, env, cwd, runtime) if shared is not None else None
+    return server if server is not None and server.wait_ready() else None
