@@ -14,6 +14,9 @@ handler functions stay with their concern:
   parameter server's guard against local steps;
 * `module_registration_hook`, `module_forward_pre_hook`: scope capture
   (`distrib.strategies.replication`, `parameter_server.variables`);
+* `functional_override`: ``torch.nn.functional``'s dropout functions drop by
+  the example's global row in a multi-replica step
+  (`distrib.strategies.global_dropout`);
 * `install_signal_handler`, `restore_signal_handler`: preemption
   (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
 * `at_exit`: closing a collective, reaping local replicas, shutting a
@@ -47,7 +50,7 @@ from distrib import error_report
 from distrib.error_report import is_cluster_task, one_line, short_cause, task_label, verbose
 
 __all__ = ["Handle", "install_excepthook", "optimizer_step_pre_hook", "module_registration_hook",
-           "module_forward_pre_hook", "install_signal_handler", "restore_signal_handler", "at_exit",
+           "module_forward_pre_hook", "functional_override", "install_signal_handler", "restore_signal_handler", "at_exit",
            "installed_hooks",
            # one-line errors, re-exported from distrib.error_report for older imports
            "is_cluster_task", "task_label", "one_line", "short_cause", "verbose"]
@@ -220,3 +223,21 @@ def module_forward_pre_hook(fn: Callable[..., Any]) -> Handle:
 
         return module_mod.register_module_forward_pre_hook(fn).remove
     return _install("module_forward_pre", fn, add)
+
+
+def functional_override(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Handle:
+    """Replace ``torch.nn.functional.<name>`` by ``make(original)`` until the handle is removed.
+
+    Code that looks the function up when it calls it sees the replacement
+    (``F.dropout(...)``, torch's own layers and ``multi_head_attention_forward``);
+    a name imported before (``from torch.nn.functional import dropout``) keeps
+    the original. Idempotent per ``make``, as every hook here.
+    """
+    def add() -> Callable[[], None]:
+        import torch.nn.functional as functional
+
+        original = getattr(functional, name)
+        setattr(functional, name, make(original))
+        return lambda: setattr(functional, name, original)
+    return _install(f"functional_{name}", make, add)
+

@@ -4,9 +4,9 @@ Each worker reads the same global batches (DATA sharding) and takes its rows;
 global-batch dropout keys every mask element on the example's row in the
 global batch, and BatchNorm uses global-batch statistics, so how many workers
 share a batch changes nothing but the float summation order. A control model
-trained beside it with torch's own dropout (a subclass, which distrib leaves
-alone) ends differently on 2 and 3 workers, which shows the comparison can
-fail.
+trained beside it with torch's own dropout kernels (called directly, past
+``torch.nn.functional``, which distrib replaces in a multi-replica step) ends
+differently on 2 and 3 workers, which shows the comparison can fail.
 """
 from __future__ import annotations
 
@@ -23,11 +23,17 @@ GLOBAL_BATCH, STEPS = 12, 6
 
 
 class PlainDropout(torch.nn.Dropout):
-    """A subclass: distrib leaves it as torch's own dropout (the control)."""
+    """torch's own dropout kernel, called past ``torch.nn.functional`` (the control)."""
+
+    def forward(self, x):
+        return torch.ops.aten.dropout(x, self.p, self.training)
 
 
 class PlainDropout1d(torch.nn.Dropout1d):
-    """A subclass: distrib leaves it as torch's own dropout (the control)."""
+    """torch's own channel dropout kernel, called past ``torch.nn.functional`` (the control)."""
+
+    def forward(self, x):
+        return torch.ops.aten.feature_dropout(x, self.p, self.training)
 
 
 def _model(dropout=torch.nn.Dropout, dropout1d=torch.nn.Dropout1d):

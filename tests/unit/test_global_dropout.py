@@ -1,5 +1,6 @@
 """Global-batch dropout: each mask element is a function of the example's global row, not of its replica."""
 import gc
+import os
 
 import pytest
 import torch
@@ -196,3 +197,107 @@ def test_a_multi_replica_scope_switches_dropout_layers_unless_told_not_to(on):
     outside = torch.nn.Sequential(torch.nn.Dropout(0.5))
     tracker.track_module(outside)
     assert [uses_global_batch_dropout(m) for m in (inside[1], inside[2], outside[0])] == [on] * 3
+
+
+class _FunctionalModel(torch.nn.Module):
+    """Dropout the way many models write it: functional calls in ``forward`` and attention weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(4, 2, dropout=0.5, batch_first=True)
+
+    def forward(self, x):
+        h = torch.nn.functional.dropout(x, 0.5, self.training)
+        h = torch.nn.functional.dropout1d(h, 0.3, self.training)
+        out, weights = self.attention(h, h, h)  # need_weights=True: F.dropout on (batch * heads, L, S)
+        return out, weights
+
+
+def _replica_steps(parts, model, x_global, options):
+    """Each replica's forward on its share, as `strategy.run` would call it; the outputs concatenated."""
+    from distrib.strategies import context
+
+    global_dropout.install_functional_dropout()
+    outs, weights = [], []
+    for r in range(parts):
+        lo, hi = split_bounds(x_global.shape[0], parts, r)
+        strategy = _Owner(**options)
+        strategy.num_replicas_in_sync, strategy.replica_id = max(parts, 2), r
+        torch.manual_seed(11)  # every replica's generator is in the same state
+        global_dropout._placed.clear()  # each replica is its own process
+        batch_position.set_current(RowPosition(lo, hi - lo))
+        with context.replica_context(strategy):
+            out, w = model(x_global[lo:hi])
+        outs.append(out.detach())
+        weights.append(w.detach())
+    batch_position.set_current(None)
+    return torch.cat(outs), torch.cat(weights)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_functional_dropout_and_attention_weights_drop_by_the_global_row(parts):
+    torch.manual_seed(0)
+    model = _FunctionalModel().train()
+    x = torch.randn(6, 3, 4)
+    whole = _replica_steps(1, model, x, {})
+    split = _replica_steps(parts, model, x, {})
+    assert torch.allclose(whole[0], split[0], atol=1e-6) and torch.allclose(whole[1], split[1], atol=1e-6)
+    undropped = _replica_steps(1, model.eval(), x, {})
+    assert not torch.allclose(whole[0], undropped[0], atol=1e-3)  # the masks dropped something
+    own = _replica_steps(parts, model.train(), x, {"global_batch_dropout": False})
+    assert not torch.allclose(whole[0], own[0], atol=1e-3)  # torch's masks depend on the split
+
+
+def test_functional_dropout_keeps_torchs_own_path_when_told_outside_steps_and_in_evaluation():
+    global_dropout.install_functional_dropout()
+    x = torch.randn(8, 5)
+    for options, in_step, training in (({"global_batch_dropout": False}, True, True), ({}, False, True),
+                                       ({}, True, False)):
+        from distrib.strategies import context
+
+        torch.manual_seed(5)
+        plain = torch.ops.aten.dropout(x, 0.5, training) if training else x
+        torch.manual_seed(5)
+        batch_position.set_current(RowPosition(0, 8))
+        if in_step:
+            with context.replica_context(_Owner(**options)):
+                got = torch.nn.functional.dropout(x, 0.5, training)
+        else:
+            got = torch.nn.functional.dropout(x, 0.5, training)
+        batch_position.set_current(None)
+        assert torch.equal(got, plain)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.script is deprecated, not gone
+def test_torchscript_still_compiles_dropout_after_the_functions_are_replaced():
+    global_dropout.install_functional_dropout()
+    for module in (torch.nn.Dropout(0.1), torch.nn.MultiheadAttention(4, 2, dropout=0.1)):
+        torch.jit.script(module)
+
+
+def test_keras_dropout_without_a_seed_drops_by_the_global_row_too():
+    os.environ.setdefault("KERAS_BACKEND", "torch")  # before the first import of keras
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "torch":
+        pytest.skip("Keras runs on another backend (KERAS_BACKEND must be torch)")
+    from distrib.strategies import context
+
+    global_dropout.install_functional_dropout()
+    try:
+        layer = keras.layers.Dropout(0.5)  # unseeded: Keras calls torch.nn.functional.dropout
+        x = torch.randn(6, 8)
+        outs = {}
+        for parts in (1, 3):
+            pieces = []
+            for r in range(parts):
+                lo, hi = split_bounds(6, parts, r)
+                torch.manual_seed(7)
+                global_dropout._placed.clear()
+                batch_position.set_current(RowPosition(lo, hi - lo))
+                with context.replica_context(_Owner()):
+                    pieces.append(torch.as_tensor(layer(x[lo:hi], training=True)).detach().cpu())
+            outs[parts] = torch.cat(pieces)
+    finally:
+        batch_position.set_current(None)
+        keras.backend.clear_session()  # Keras names variables by process-wide counters: reset them
+    assert torch.equal(outs[1], outs[3]) and not torch.equal(outs[1], x)

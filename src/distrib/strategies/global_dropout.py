@@ -21,6 +21,20 @@ as torch does. Recomputation under ``torch.utils.checkpoint`` restores the
 generator, so it draws the same key, finds the place the first computation
 had, and makes the same mask.
 
+The same holds for ``torch.nn.functional.dropout`` and ``dropout1d/2d/3d``
+called in a multi-replica step (inside ``strategy.run`` or a scope whose
+strategy has more than one replica; `install_functional_dropout`), so a
+``forward`` that calls ``F.dropout(x, p, self.training)`` and the attention
+dropout of ``torch.nn.MultiheadAttention`` (computed with its weights, the
+default ``need_weights=True``) keep their masks when the job changes size. A
+tensor whose first dimension is ``k`` times the replica's rows is taken as
+``k`` rows per example, example-major (attention weights of shape
+``(batch * heads, target, source)``). Keras 3's ``Dropout`` without a seed
+calls ``torch.nn.functional.dropout`` on the torch backend, so it is covered
+too. Not covered: the dropout inside the
+fused ``scaled_dot_product_attention`` (``need_weights=False``, and
+``TransformerEncoderLayer``), which draws its own mask.
+
 When the batch's global place is unknown (a per-worker input: FILE sharding,
 a dataset function; an input not from a distributed dataset) the key is also
 salted with the replica id, so replicas still drop independently.
@@ -41,13 +55,15 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
 
 import torch
 
+from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies import context
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask"]
+__all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask",
+           "install_functional_dropout"]
 
 _MARK = "_distrib_global_batch_dropout"
 _M32 = 0xFFFFFFFF
@@ -129,6 +145,53 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
     return forward
 
 
+#: ``torch.nn.functional``'s dropout functions: the batched rank of a channel dropout's input.
+_FUNCTIONAL = {"dropout": None, "dropout1d": 3, "dropout2d": 4, "dropout3d": 5}
+
+
+def install_functional_dropout() -> None:
+    """Make ``torch.nn.functional``'s dropout functions drop by the global row in multi-replica steps (idempotent)."""
+    for name, rank in _FUNCTIONAL.items():
+        hooks.functional_override(name, _FUNCTIONAL_MAKERS[name])
+
+
+def _functional_maker(rank: Optional[int]) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
+    def make(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
+                    inplace: bool = False) -> torch.Tensor:
+            if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
+                keyed = _keyed_if_stepping(input, p, training, inplace, rank)
+                if keyed is not None:
+                    return keyed
+            return original(input, p, training, inplace)
+        dropout.__doc__ = original.__doc__
+        return dropout
+    return make
+
+
+def _keyed_if_stepping(x: torch.Tensor, p: float, training: bool, inplace: bool,
+                       rank: Optional[int]) -> Optional[torch.Tensor]:
+    """The keyed dropout of ``x`` in a multi-replica step; None where torch's own applies."""
+    strategy = _stepping_strategy()
+    if (strategy is None or not training or type(x) is not torch.Tensor or not 0.0 < p <= 1.0
+            or x.dim() == 0 or (rank is not None and x.dim() != rank)):
+        return None
+    return _keyed_dropout(x, float(p), bool(inplace), channels=rank is not None, replica_id=_replica_id(strategy))
+
+
+_FUNCTIONAL_MAKERS = {name: _functional_maker(rank) for name, rank in _FUNCTIONAL.items()}
+
+
+def _stepping_strategy() -> Optional["Strategy"]:
+    """The multi-replica strategy whose step (or scope) is running here and drops globally; else None."""
+    ctx = context.get_replica_context()
+    strategy = ctx.strategy if ctx is not None else context.current_scope_strategy()
+    if strategy is None or strategy.num_replicas_in_sync <= 1:
+        return None
+    options = getattr(strategy, "communication_options", None)
+    return strategy if options is not None and getattr(options, "global_batch_dropout", False) else None
+
+
 def _replica_id(strategy: "Strategy") -> int:
     ctx = context.get_replica_context()
     return int(ctx.replica_id_in_sync_group) if ctx is not None else int(strategy.replica_id)
@@ -152,6 +215,10 @@ _PLACED_KEPT = 4096
 def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
     """``(first global row, salt)`` for a call that drew key ``(w0, w1)`` on ``rows`` rows.
 
+    ``rows`` that are ``k`` times the replica's rows are ``k`` per example
+    (attention weights: ``batch * heads``), so its global rows start at ``k``
+    times the replica's first row.
+
     A forward recomputed in the backward pass (activation checkpointing)
     restores the generator, so it draws the same key again: it gets the
     place its first computation had, whatever batch is current by then.
@@ -160,8 +227,9 @@ def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
     place = _placed.get(entry)
     if place is None:
         position = batch_position.current()
-        known = position is not None and rows == position.rows
-        place = (position.first_row, 0) if known else (0, replica_id + 1)  # type: ignore[union-attr]
+        per_example = rows // position.rows if position is not None and position.rows > 0 else 0
+        known = per_example > 0 and rows == per_example * position.rows  # type: ignore[union-attr]
+        place = (position.first_row * per_example, 0) if known else (0, replica_id + 1)  # type: ignore[union-attr]
         _placed[entry] = place
         if len(_placed) > _PLACED_KEPT:
             _placed.popitem(last=False)

@@ -35,7 +35,7 @@ import torch
 from distrib import hooks
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
-from distrib.strategies.global_dropout import use_global_batch_dropout
+from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
@@ -142,6 +142,7 @@ class ScopeTracker:
         """Layers without state that still depend on the replicas: dropout (`global_dropout`)."""
         if self._replicated and self._strategy.communication_options.global_batch_dropout:
             use_global_batch_dropout(module, weakref.ref(self._strategy))
+            install_functional_dropout()
 
     def _add_pending(self, module: torch.nn.Module, kind: str, name: str) -> None:
         with self._lock:
