@@ -23,6 +23,21 @@ def _patched(module, strategy):
     return module
 
 
+def _as_replicas(rows, parts, seed):
+    """``(replica, lo, hi)`` for each of ``parts`` replicas of a ``rows``-row batch, in that replica's state.
+
+    Each replica is its own process: its generator seeded as the others', no
+    remembered places, its rows noted as the distributed dataset notes them.
+    """
+    for r in range(parts):
+        lo, hi = split_bounds(rows, parts, r)
+        torch.manual_seed(seed)
+        global_dropout._placed.clear()
+        batch_position.set_current(RowPosition(lo, hi - lo))
+        yield r, lo, hi
+    batch_position.set_current(None)
+
+
 @pytest.mark.parametrize("parts", [1, 2, 3, 5])
 def test_a_global_batch_split_any_way_gets_the_mask_of_the_whole_batch(parts):
     whole = keyed_keep_mask((11, 7), 0, 0.4, (123, 456))
@@ -64,13 +79,9 @@ def test_a_replica_drops_its_rows_as_the_whole_batch_would_and_the_gradient_foll
     outs = {}
     for parts in (1, 3):
         pieces = []
-        for r in range(parts):
-            lo, hi = split_bounds(9, parts, r)
+        for r, lo, hi in _as_replicas(9, parts, seed=3):
             layer = _patched(torch.nn.Dropout(0.5), _FakeStrategy(max(parts, 2), r))
             x = x_global[lo:hi].clone().requires_grad_(True)
-            torch.manual_seed(3)  # every replica's generator is in the same state
-            global_dropout._placed.clear()  # each replica is its own process
-            batch_position.set_current(RowPosition(lo, hi - lo))
             y = layer(x)
             y.sum().backward()
             kept = y.detach() != 0
@@ -219,18 +230,13 @@ def _replica_steps(parts, model, x_global, options):
 
     global_dropout.install_functional_dropout()
     outs, weights = [], []
-    for r in range(parts):
-        lo, hi = split_bounds(x_global.shape[0], parts, r)
+    for r, lo, hi in _as_replicas(x_global.shape[0], parts, seed=11):
         strategy = _Owner(**options)
         strategy.num_replicas_in_sync, strategy.replica_id = max(parts, 2), r
-        torch.manual_seed(11)  # every replica's generator is in the same state
-        global_dropout._placed.clear()  # each replica is its own process
-        batch_position.set_current(RowPosition(lo, hi - lo))
         with context.replica_context(strategy):
             out, w = model(x_global[lo:hi])
         outs.append(out.detach())
         weights.append(w.detach())
-    batch_position.set_current(None)
     return torch.cat(outs), torch.cat(weights)
 
 
@@ -289,11 +295,7 @@ def test_keras_dropout_without_a_seed_drops_by_the_global_row_too():
         outs = {}
         for parts in (1, 3):
             pieces = []
-            for r in range(parts):
-                lo, hi = split_bounds(6, parts, r)
-                torch.manual_seed(7)
-                global_dropout._placed.clear()
-                batch_position.set_current(RowPosition(lo, hi - lo))
+            for _, lo, hi in _as_replicas(6, parts, seed=7):
                 with context.replica_context(_Owner()):
                     pieces.append(torch.as_tensor(layer(x[lo:hi], training=True)).detach().cpu())
             outs[parts] = torch.cat(pieces)

@@ -92,7 +92,7 @@ def _task_env(env: Optional[Mapping[str, Optional[str]]]) -> Dict[str, Optional[
     return merged
 
 
-def _fork_server(env: Mapping[str, Optional[str]]) -> Optional[SharedForkServer]:
+def _shared_server(env: Mapping[str, Optional[str]]) -> Optional[SharedForkServer]:
     """The process's shared server, unless the caller chose a fork mode itself."""
     return None if FORK_ENV in env or FORK_ENV in os.environ else _SHARED_SERVER
 
@@ -161,7 +161,7 @@ def run_cluster(
         try:
             result = launch(CHILD_SCRIPT, [spec_path], workers=num_workers, chief=chief,
                             max_restarts=max_restarts, timeout=timeout, output="capture",
-                            env=task_env, grace_seconds=_GRACE_SECONDS, fork_server=_fork_server(task_env))
+                            env=task_env, grace_seconds=_GRACE_SECONDS, fork_server=_shared_server(task_env))
         except LaunchTimeoutError as exc:
             raise ClusterRunError(_report(f"{label}: timed out after {timeout:g} s", exc.result),
                                   exc.result) from None
@@ -215,7 +215,7 @@ def run_script(
         return launch(path_or_module, [str(a) for a in args], workers=num_workers, chief=chief, ps=ps,
                       evaluator=evaluator, module=module, max_restarts=max_restarts, timeout=timeout,
                       output="capture", env=task_env, cwd=cwd, grace_seconds=_GRACE_SECONDS,
-                      fork_server=_fork_server(task_env))
+                      fork_server=_shared_server(task_env))
     except LaunchTimeoutError as exc:
         raise ClusterRunError(_report(f"run_script({path_or_module}): timed out after "
                                       f"{timeout:g} s", exc.result), exc.result) from None
@@ -304,6 +304,6 @@ def _python_command(args: Sequence[Union[str, "os.PathLike[str]"]], env: Optiona
 def _forking_server(command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
                     runtime: Sequence[str] = ()) -> Optional[ForkServer]:
     """A ready shared server that starts ``command`` exactly, or None (then: a new process)."""
-    shared = _fork_server(env)
+    shared = _shared_server(env)
     server = shared.server_for(command, env, cwd, runtime) if shared is not None else None
     return server if server is not None and server.wait_ready() else None
