@@ -57,7 +57,7 @@ FORK_ENV = "DISTRIB_LAUNCH_FORK"
 #: The others are read by what loads after the fork (the server imports only `PRELOADED`), and a
 #: launching process often sets them itself: ``torch._dynamo`` sets ``TORCHINDUCTOR_CACHE_DIR`` to its
 #: default when it loads, distrib's Keras saving sets ``KERAS_BACKEND``, its gloo setup
-#: ``GLOO_SOCKET_IFNAME``.
+#: ``GLOO_SOCKET_IFNAME``, pytest ``PYTEST_CURRENT_TEST`` (for every test).
 RUNTIME_VARIABLES = frozenset({
     "TF_CONFIG", "COLUMNS", "LINES", "CUDA_VISIBLE_DEVICES",
     "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",

@@ -145,14 +145,10 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
     return forward
 
 
-#: ``torch.nn.functional``'s dropout functions: the batched rank of a channel dropout's input.
-_FUNCTIONAL = {"dropout": None, "dropout1d": 3, "dropout2d": 4, "dropout3d": 5}
-
-
 def install_functional_dropout() -> None:
     """Make ``torch.nn.functional``'s dropout functions drop by the global row in multi-replica steps (idempotent)."""
-    for name, rank in _FUNCTIONAL.items():
-        hooks.functional_override(name, _FUNCTIONAL_MAKERS[name])
+    for name, make in _FUNCTIONAL_MAKERS.items():
+        hooks.functional_override(name, make)
 
 
 def _functional_maker(rank: Optional[int]) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
@@ -179,7 +175,9 @@ def _keyed_if_stepping(x: torch.Tensor, p: float, training: bool, inplace: bool,
     return _keyed_dropout(x, float(p), bool(inplace), channels=rank is not None, replica_id=_replica_id(strategy))
 
 
-_FUNCTIONAL_MAKERS = {name: _functional_maker(rank) for name, rank in _FUNCTIONAL.items()}
+#: ``torch.nn.functional``'s dropout functions, each with the batched rank of a channel dropout's input.
+_FUNCTIONAL_MAKERS = {name: _functional_maker(rank)
+                      for name, rank in (("dropout", None), ("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5))}
 
 
 def _stepping_strategy() -> Optional["Strategy"]:
