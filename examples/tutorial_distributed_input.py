@@ -224,11 +224,11 @@ def main(argv=None):
     indices = list(mirrored_strategy.experimental_local_results(output_index))
     rindices = []
     for a in indices:
-      rindices.extend(a.numpy())
+      rindices.extend(a.cpu().numpy())  # torch's .numpy() does not copy from a GPU; TF's does
     outputs = list(mirrored_strategy.experimental_local_results(outputs))
     routputs = []
     for a in outputs:
-      routputs.extend(a.numpy())
+      routputs.extend(a.cpu().numpy())
     for i, value in zip(rindices, routputs):
       result[i] = value
 

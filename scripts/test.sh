@@ -18,4 +18,9 @@ bash scripts/env.sh
 processes="${DISTRIB_TEST_PROCESSES:-2}"
 parallel=()
 if [ "$processes" != "1" ]; then parallel=(-n "$processes" --dist worksteal); fi
-exec .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "${parallel[@]}" "$@"
+.venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "${parallel[@]}" "$@"
+# Where torch sees a GPU (and no arguments were given), the tests marked `cuda` run too, with the GPU visible
+# (the run above hides it: its multi-process tests compare CPU runs).
+if [ $# -eq 0 ] && .venv/bin/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  DISTRIB_TEST_GPU=1 .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "cuda and not slow" "$@"
+fi

@@ -233,21 +233,24 @@ def test_launches_given_shared_servers_fork_from_them_one_server_per_start_up_en
         assert state["ppid"] != os.getpid()  # forked from a server
         return state["ppid"]
 
+    def path(folder):  # a start-up variable the first server lacks; distrib stays importable
+        return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
     try:
         first = parents()
         assert parents() == first
-        other = parents(PYTHONPATH=str(tmp_path))  # a start-up variable the first server lacks
+        other = parents(PYTHONPATH=path(tmp_path))
         assert other != first
-        assert parents() == first and parents(PYTHONPATH=str(tmp_path)) == other
-        third = parents(PYTHONPATH=str(tmp_path / "x"))  # two servers at most: the least recently used goes
+        assert parents() == first and parents(PYTHONPATH=path(tmp_path)) == other
+        third = parents(PYTHONPATH=path(tmp_path / "x"))  # two servers at most: the least recently used goes
         assert third not in (first, other)
         with pytest.raises(ProcessLookupError):
             os.kill(first, 0)
-        assert parents(PYTHONPATH=str(tmp_path)) == other
+        assert parents(PYTHONPATH=path(tmp_path)) == other
 
         os.kill(other, signal.SIGKILL)
-        next(s for s in shared._servers if s.env.get("PYTHONPATH") == str(tmp_path))._proc.wait(timeout=_TIMEOUT)
-        assert parents(PYTHONPATH=str(tmp_path)) not in (other, third)  # a dead server is replaced
+        next(s for s in shared._servers if s.env.get("PYTHONPATH") == path(tmp_path))._proc.wait(timeout=_TIMEOUT)
+        assert parents(PYTHONPATH=path(tmp_path)) not in (other, third)  # a dead server is replaced
     finally:
         shared.close()
 

@@ -64,6 +64,7 @@ def test_check_labels_helper_reports_largest_offender():
     check_labels(torch.tensor([0, 9]), 10)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_sparse_ce_checks_labels_on_first_accelerator_call():
     loss = losses.SparseCategoricalCrossentropy(from_logits=True)

@@ -179,6 +179,7 @@ def test_update_state_never_syncs_the_host(scope, monkeypatch):
     assert value(all_metrics[2]) == pytest.approx(3 / 3.5)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_metric_state_follows_inputs_to_the_accelerator(scope):
     auc, acc = metrics.AUC(num_thresholds=3), metrics.SparseCategoricalAccuracy()

@@ -162,6 +162,7 @@ def test_fit_under_mixed_float16_uses_dynamic_loss_scaling():
     assert np.isfinite(history.history["loss"]).all()
 
 
+@pytest.mark.cuda
 @needs_cuda
 def test_fit_under_mixed_float16_on_cuda_runs_the_forward_in_float16():
     set_global_policy("mixed_float16")

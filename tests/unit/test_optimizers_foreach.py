@@ -85,10 +85,14 @@ def test_parameters_at_different_step_counts_take_the_per_parameter_path():
     assert torch.equal(b.detach(), fresh.detach())
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name, kwargs", CASES[:9], ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES[:9])])
-def test_foreach_step_on_cuda_equals_per_parameter_step(name, kwargs):
+def test_foreach_step_on_cuda_equals_per_parameter_step_to_rounding(name, kwargs):
+    """On CUDA the paths agree to rounding, not bit for bit (seen on an H100 with Adam, AdamW,
+    RMSprop and Adagrad). Likely cause, not traced: torch's multi-tensor and per-tensor CUDA
+    kernels are compiled apart, and the compiler may fuse a multiply and an add differently in each."""
     fast, _ = _run(name, kwargs, per_parameter=False, device="cuda")
     slow, _ = _run(name, kwargs, per_parameter=True, device="cuda")
     for a, b in zip(fast, slow):
-        assert torch.equal(a.detach(), b.detach())
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)

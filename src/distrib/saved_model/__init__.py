@@ -106,6 +106,20 @@ def _example(spec: TensorSpec, device: torch.device) -> torch.Tensor:
     return torch.zeros(shape, dtype=spec.dtype, device=device)
 
 
+def _only_the_program(serialize: Any) -> Dict[str, bool]:
+    """The keywords that keep weights out of torch's program artifact, where this torch has them.
+
+    distrib writes the weights itself (safetensors), so the artifact's own
+    copies are skipped; older torch releases (2.11 among them) lack the keywords and
+    always include them, which is harmless (that part is never written).
+    """
+    import inspect
+
+    wanted = ("serialize_state_dict", "serialize_constants", "serialize_example_inputs")
+    accepted = inspect.signature(serialize).parameters
+    return {name: False for name in wanted if name in accepted}
+
+
 def _export(module: torch.nn.Module, specs: List[TensorSpec], where: str) -> Any:
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     examples = tuple(_example(s, device) for s in specs)
@@ -155,8 +169,7 @@ def save(obj: Any, export_dir: Union[str, Any], signatures: Any = None, options:
     program = _export(module, specs, where)
     from torch._export.serde.serialize import serialize
 
-    artifact = serialize(program, serialize_state_dict=False, serialize_constants=False,
-                         serialize_example_inputs=False)
+    artifact = serialize(program, **_only_the_program(serialize))
     constants = dict(program.constants)
     odd = [k for k, v in constants.items() if not isinstance(v, torch.Tensor)]
     if odd:
