@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks to run on a lent GPU host, as one command (see docs/gpu.md):
+# The checks to run on a lent GPU host, as one command (see docs/performance.md, "On a GPU host"):
 #
 #   bash scripts/gpu_check.sh [cuda|unit|bench|dist ...]    # default: all four, in that order
 #
