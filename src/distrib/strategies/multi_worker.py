@@ -16,6 +16,7 @@ Example (each worker runs the same script under `distrib launch --workers 2`):
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Optional, Sequence
 
@@ -25,6 +26,8 @@ from distrib.comm.options import CommunicationImplementation, CommunicationOptio
 from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import select_local_gpu
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
+
+_log = logging.getLogger("distrib.strategies")
 
 __all__ = ["MultiWorkerMirroredStrategy"]
 
@@ -61,6 +64,28 @@ class MultiWorkerMirroredStrategy(ReplicatedStrategy):
         replicas, collective = connect_replicas(resolver, labels, devices, options)
         super().__init__(collective=collective, device=replicas.device, cluster_resolver=replicas,
                          communication_options=options)
+        say_if_a_resize_changes_the_result(self, options)
+
+
+def say_if_a_resize_changes_the_result(strategy: Any, options: CommunicationOptions) -> Optional[str]:
+    """Warn once (replica 0) where an elastic job's options tie a replica's result to its share.
+
+    With ``sync_batch_norm=False`` each replica normalises with its own rows'
+    statistics, and with ``global_batch_dropout=False`` its dropout masks
+    depend on where its rows sit among its own; either way a job that changes
+    its number of workers no longer ends as a fixed-size run would. Returns
+    the line (None where nothing is said).
+    """
+    from distrib.comm.elastic import elastic_enabled
+
+    local = [f"{name}=False" for name in ("sync_batch_norm", "global_batch_dropout") if not getattr(options, name)]
+    if not local or not elastic_enabled() or strategy.num_replicas_in_sync <= 1 or strategy.replica_id != 0:
+        return None
+    line = (f"distrib: this job is elastic but CommunicationOptions({', '.join(local)}) makes each "
+            "replica's result depend on its share of the global batch: if workers join or leave, the "
+            "result differs from a fixed-size run's (see docs/elastic.md)")
+    _log.warning(line)
+    return line
 
 
 def _default_device(options: CommunicationOptions, resolver: Any) -> torch.device:
