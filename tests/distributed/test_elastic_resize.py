@@ -65,6 +65,8 @@ def maybe_die(step):
 
 
 def finish(module, extra=None):
+    if os.environ.get("DISTRIB_LOCAL_REPLICA", "0/").split("/")[0] != "0":
+        return  # one file per task: its first local replica writes it
     save_state(module.state_dict(), os.path.join(out_dir, f"final-{task}.safetensors"))
     with open(os.path.join(out_dir, f"extra-{task}.json"), "w") as f:
         json.dump({"replicas": strategy.num_replicas_in_sync, "extra": extra}, f)
@@ -308,5 +310,30 @@ def test_a_worker_lost_after_the_job_shrank_is_replaced_and_the_result_is_kept(s
         assert extras[task]["replicas"] == 2
         assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
     if name == "ctl":  # a metric's sums: the replacement's share since the snapshot counted once, none lost
+        for task in finals:
+            assert extras[task]["extra"]["mean"] == pytest.approx(reference[name][1]["mean"], rel=1e-5)
+
+
+@pytest.mark.parametrize("name,leave_step,kill_step", [("fit", 10, -1), ("ctl", 4, 13)])
+def test_workers_with_two_local_replicas_each_resize_and_are_replaced_keeping_the_result(scripts, reference,
+                                                                                     tmp_path, name, leave_step,
+                                                                                     kill_step):
+    """3 workers x 2 local replicas: worker 1 leaves (6 -> 4 replicas), then (ctl) worker 2 is SIGKILLed.
+
+    The same global batches, split 6 then 4 ways, give the 3-worker, 1-replica run's weights.
+    """
+    env = {"DISTRIB_LOCAL_DEVICES": "cpu:0,cpu:1"}
+    if kill_step >= 0:
+        env["KILL_AT"] = f"2:{kill_step}"
+    result, finals, extras = _run(scripts[name], tmp_path / "out", 1, leave_step, env=env,
+                                  replacements=int(kill_step >= 0))
+    assert "replica 1 (cpu:1) left; the job goes on with 4 replicas (was 6)" in result.output, result.output[-4000:]
+    if kill_step >= 0:
+        assert "worker 2 was killed by SIGKILL; starting a replacement for it alone" in result.output
+        assert "generation 2 formed" in result.output, result.output[-4000:]
+    for task, weights in finals.items():
+        assert extras[task]["replicas"] == 4
+        assert _close(weights, reference[name][0]), f"worker {task}'s weights differ from the fixed-size run"
+    if name == "ctl":
         for task in finals:
             assert extras[task]["extra"]["mean"] == pytest.approx(reference[name][1]["mean"], rel=1e-5)

@@ -156,9 +156,10 @@ class Membership:
         self._set_members(tasks, rank, gen, task_describe)
         self.log.forget_before_resize()
         names = [f"{task_describe(t)} left" for t in leave] + [f"{task_describe(t)} joined" for t in join]
-        log.warning("distrib: %s: %s; the job goes on with %d workers (was %d) from the next step (generation "
+        counted = "replicas" if any(") replica " in name for name in names) else "workers"  # local replicas
+        log.warning("distrib: %s: %s; the job goes on with %d %s (was %d) from the next step (generation "
                     "%d formed in %.2fs; now replica %d; each global batch is split %d ways)", me, ", ".join(names),
-                    len(tasks), len(old), gen, time.monotonic() - start, rank, len(tasks))
+                    len(tasks), counted, len(old), gen, time.monotonic() - start, rank, len(tasks))
 
     def _task_describe(self) -> Callable[[int], str]:
         """Names by task (the resolver's), whatever the current ranks are."""
