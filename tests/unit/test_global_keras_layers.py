@@ -105,6 +105,15 @@ def test_batch_normalization_split_over_replicas_equals_one_process_on_the_globa
     assert not torch.allclose(torch.cat([r["y"] for r in local]), whole["y"], atol=1e-3)  # the test can fail
 
 
+def test_a_replica_with_no_rows_adds_nothing_to_the_global_statistics():
+    shape = (2, 3)
+    x, upstream = torch.tensor([[0.0, 1.0, -2.0], [4.0, 3.0, 2.0]]), torch.tensor([[1.0, -1.0, 2.0], [0.5, 1.0, 0.0]])
+    whole = _train_step(_batch_norm(shape), x, upstream, None)
+    results = _split_steps(3, shape, x, upstream)
+    assert [r["y"].shape[0] for r in results] == [1, 1, 0]
+    _assert_split_equals_whole(results, whole)
+
+
 @pytest.mark.parametrize("parts", [2, 3])
 def test_masked_batch_normalization_weighs_the_global_batch_as_keras_does(parts):
     shape = (6, 5, 3)

@@ -146,7 +146,7 @@ def global_moments(inputs: torch.Tensor, mask: Optional[torch.Tensor], reduction
     from keras.src import backend
 
     axes = sorted(a % inputs.dim() for a in reduction_axes)
-    channels = int(inputs.numel() // max(1, _prod(inputs.shape[a] for a in axes)))
+    channels = _prod(inputs.shape[a] for a in range(inputs.dim()) if a not in axes)
     x = inputs.to(torch.float64)
     if mask is None:
         count = torch.tensor([inputs.numel() // max(channels, 1)], dtype=torch.float64, device=x.device)
