@@ -17,6 +17,8 @@ handler functions stay with their concern:
 * `functional_override`: ``torch.nn.functional``'s dropout functions drop by
   the example's global row in a multi-replica step
   (`distrib.strategies.global_dropout`);
+* `keras_random_override`: Keras 3's seeded dropout on the torch backend
+  does too (`distrib.strategies.keras_global_layers`);
 * `install_signal_handler`, `restore_signal_handler`: preemption
   (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
 * `at_exit`: closing a collective, reaping local replicas, shutting a
@@ -50,7 +52,8 @@ from distrib import error_report
 from distrib.error_report import is_cluster_task, one_line, short_cause, task_label, verbose
 
 __all__ = ["Handle", "install_excepthook", "optimizer_step_pre_hook", "module_registration_hook",
-           "module_forward_pre_hook", "functional_override", "install_signal_handler", "restore_signal_handler", "at_exit",
+           "module_forward_pre_hook", "functional_override", "keras_random_override",
+           "install_signal_handler", "restore_signal_handler", "at_exit",
            "installed_hooks",
            # one-line errors, re-exported from distrib.error_report for older imports
            "is_cluster_task", "task_label", "one_line", "short_cause", "verbose"]
@@ -241,3 +244,18 @@ def functional_override(name: str, make: Callable[[Callable[..., Any]], Callable
         return lambda: setattr(functional, name, original)
     return _install(f"functional_{name}", make, add)
 
+
+def keras_random_override(name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Handle:
+    """Replace ``<name>`` of Keras 3's torch-backend random module by ``make(original)`` until removed.
+
+    Keras's layers and ``keras.random`` call ``backend.random.<name>`` when
+    they run, so they see the replacement. Only call it once ``keras`` is
+    imported on the torch backend.
+    """
+    def add() -> Callable[[], None]:
+        from keras.src.backend.torch import random as keras_random
+
+        original = getattr(keras_random, name)
+        setattr(keras_random, name, make(original))
+        return lambda: setattr(keras_random, name, original)
+    return _install(f"keras_random_{name}", make, add)

@@ -44,17 +44,20 @@ class CommunicationOptions:
             backward pass still runs (larger: fewer messages; smaller: more overlap).
         gradient_compression: ``None``, ``"bf16"`` or ``"fp16"``; gradients
             are cast for the wire and summed in that precision (opt-in; see bench/).
-        sync_batch_norm: torch BatchNorm layers in a multi-replica scope
-            normalise with global-batch statistics in training (one small
-            all-reduce per layer in forward and one in backward), so N replicas
-            equal one process. ``False``: local statistics, running statistics
-            averaged after each step (tf.distribute's default).
+        sync_batch_norm: torch BatchNorm layers and Keras 3
+            ``BatchNormalization`` layers in a multi-replica scope normalise
+            with global-batch statistics in training (one small all-reduce per
+            layer in forward and one in backward), so N replicas equal one
+            process (`distrib.strategies.keras_global_layers` for Keras's).
+            ``False``: local statistics, running statistics averaged after
+            each step (tf.distribute's default).
         global_batch_dropout: torch Dropout layers (``Dropout``,
             ``Dropout1d/2d/3d``) in a multi-replica scope decide each mask
             element from the example's place in the global batch, so the
             masks do not depend on how many replicas share it
-            (`distrib.strategies.global_dropout`). ``False``: torch's own
-            dropout on each replica's rows.
+            (`distrib.strategies.global_dropout`); so do Keras 3's dropout
+            layers, seeded or not (`distrib.strategies.keras_global_layers`).
+            ``False``: torch's and Keras's own dropout on each replica's rows.
     """
 
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO

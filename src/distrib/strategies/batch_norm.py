@@ -30,7 +30,7 @@ from distrib.comm.collective import ReduceOp
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["synchronize_batch_norm", "is_synchronized"]
+__all__ = ["synchronize_batch_norm", "is_synchronized", "all_reduce_sum"]
 
 _MARK = "_distrib_global_batch_norm"
 
@@ -46,6 +46,11 @@ class _AllReduceSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
         return ctx.collective.all_reduce(grad.detach().clone().contiguous(), ReduceOp.SUM), None
+
+
+def all_reduce_sum(tensor: torch.Tensor, collective: Any, comm_device: torch.device) -> torch.Tensor:
+    """The sum of ``tensor`` over every replica, sent via ``comm_device``; its gradient is summed back alike."""
+    return _AllReduceSum.apply(tensor.to(comm_device), collective).to(tensor.device)
 
 
 def is_synchronized(module: torch.nn.Module) -> bool:
@@ -86,7 +91,7 @@ def _global_batch_norm(bn: _BatchNorm, x: torch.Tensor, collective: Any, comm_de
     xd = x.to(torch.float64)
     local = torch.cat([xd.sum(dims), (xd * xd).sum(dims),
                        torch.tensor([x.numel() // max(channels, 1)], dtype=torch.float64, device=x.device)])
-    total = _AllReduceSum.apply(local.to(comm_device), collective).to(x.device)
+    total = all_reduce_sum(local, collective, comm_device)
     count = total[-1]
     mean = total[:channels] / count
     var = (total[channels:2 * channels] / count - mean * mean).clamp_min(0.0)

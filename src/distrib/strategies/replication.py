@@ -16,7 +16,10 @@ with global-batch statistics (`distrib.strategies.batch_norm`), so N
 replicas keep the weights and running statistics one process would; torch
 Dropout layers drop by each example's place in the global batch
 (`distrib.strategies.global_dropout`), so their masks do not depend on the
-number of replicas.
+number of replicas. Keras 3 layers are not torch submodules of their model:
+they are adopted when built in the scope (their variables' dict registers) or
+given to `track_module`, and their ``BatchNormalization`` and seeded dropout
+become global-batch too (`distrib.strategies.keras_global_layers`).
 
 Example:
     >>> with strategy.scope():
@@ -36,6 +39,7 @@ from distrib import hooks
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
+from distrib.strategies.keras_global_layers import adopt_keras_layer, is_keras_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
@@ -69,6 +73,7 @@ class ScopeTracker:
         self._tracked_params: "List[weakref.ref[torch.nn.Parameter]]" = []
         self._hooks: list = []
         self._forward_hook = None
+        self._unaveraged: "List[weakref.ref[torch.Tensor]]" = []
 
     @property
     def _replicated(self) -> bool:
@@ -136,13 +141,22 @@ class ScopeTracker:
     def _on_submodule(self, parent: torch.nn.Module, name: str, module):
         if module is not None and self._captures_here():
             self._adopt_layer(module)
+            if is_keras_layer(parent):  # a Keras layer registers its variables' dict once built
+                self._adopt_layer(parent)
         return None
 
     def _adopt_layer(self, module: torch.nn.Module) -> None:
-        """Layers without state that still depend on the replicas: dropout (`global_dropout`)."""
-        if self._replicated and self._strategy.communication_options.global_batch_dropout:
+        """Layers that depend on the replicas' shares: dropout (`global_dropout`), Keras's (`keras_global_layers`)."""
+        if not self._replicated:
+            return
+        options = self._strategy.communication_options
+        if options.global_batch_dropout:
             use_global_batch_dropout(module, weakref.ref(self._strategy))
             install_functional_dropout()
+        if is_keras_layer(module):
+            statistics = adopt_keras_layer(module, weakref.ref(self._strategy), sync_batch_norm=options.sync_batch_norm,
+                                           global_batch_dropout=options.global_batch_dropout)
+            self._unaveraged += [weakref.ref(t) for t in statistics]
 
     def _add_pending(self, module: torch.nn.Module, kind: str, name: str) -> None:
         with self._lock:
@@ -202,6 +216,9 @@ class ScopeTracker:
         state = sync.state
         if state is not None:
             state.add(tensors)
+        unaveraged, self._unaveraged = [t for t in (r() for r in self._unaveraged) if t is not None], []
+        if state is not None and unaveraged:
+            state.exclude(unaveraged)
         if self._strategy.communication_options.sync_batch_norm:
             strategy_ref = weakref.ref(self._strategy)
             for mod in modules.values():

@@ -1,0 +1,246 @@
+"""Global-batch Keras 3 layers: BatchNormalization and seeded dropout behave as one process on the global batch.
+
+Keras 3 on the torch backend computes its layers with its own ops, not with
+torch's BatchNorm and Dropout modules, so `distrib.strategies.batch_norm` and
+`distrib.strategies.global_dropout` do not reach two of them:
+
+* ``keras.layers.BatchNormalization`` takes its training mean and variance
+  from ``_moments`` (its ``synchronized=True`` is TensorFlow-only). A layer
+  adopted by a scope with several replicas (built in it, or in a model given
+  to ``strategy.track_module`` / ``distrib.Model``) gets a ``_moments`` that
+  sums, per channel, the values, their squares and the count (the mask's
+  weight where Keras passes a mask) on each replica, adds them over the
+  replicas in one all-reduce of 2·C+1 numbers (3·C with a mask) whose
+  backward sums the statistics' gradients, and returns the global batch's
+  mean and biased variance, computed in float64 as Keras's formulas do. Keras
+  then normalises and updates its moving mean and variance (renorm's
+  statistics too) with them, so every replica holds what one process would,
+  and distrib does not average those variables after the step.
+  ``CommunicationOptions(sync_batch_norm=False)`` leaves the layers alone
+  (local statistics, moving statistics averaged); evaluation never calls
+  ``_moments``; a subclass with its own ``_moments`` keeps it.
+
+* Keras's torch backend draws a *seeded* dropout's mask (``Dropout(seed=)``,
+  ``SpatialDropout1D/2D/3D``, a ``noise_shape``, ``keras.random.dropout``
+  with a seed, the dropout of ``Attention`` and of recurrent cells) with
+  ``torch.bernoulli`` on a mask of the replica's shape. In a multi-replica
+  step its ``backend.random.dropout`` instead draws the call's seed from the
+  same place Keras does (the layer's ``SeedGenerator``, advanced one step as
+  Keras advances it; a fixed int seed gives the same mask at every call, as
+  in Keras), hashes it into a key, and keeps each element of the noise shape
+  by `global_dropout.keyed_keep_mask` of its global row: replicas hold their
+  seed generators in the same state (they are variables broadcast from the
+  chief), so they draw the same key, and the layer's seed still decides the
+  masks. Kept values are divided by ``1 - rate`` as Keras does; a noise shape
+  whose first dimension is 1 (for more than one row) is one mask shared by
+  every row of the global batch. Unseeded dropout without a noise shape
+  calls ``torch.nn.functional.dropout``, which `global_dropout` covers.
+  ``global_batch_dropout=False`` keeps Keras's own draw.
+
+Still share-dependent: ``GaussianNoise``, ``GaussianDropout``,
+``AlphaDropout`` and the random preprocessing layers (draws of the replica's
+shape from ``keras.random``); ``BatchNormalization`` built outside any scope
+and never given to ``track_module``; a noise shape of ``(1, ...)`` on a
+replica that holds a single row (taken as that row's own mask).
+
+Example (2 replicas, one channel, replica 0 holds [0, 2] and replica 1
+[4, 6]): both replicas' ``_moments`` return mean 3.0 and variance 5.0, what
+one process gets for [0, 2, 4, 6], so the moving mean moves towards 3.0 on
+both (``momentum=0.9``, from 0: 0.3).
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from distrib import hooks
+from distrib.data import batch_position
+from distrib.strategies.batch_norm import all_reduce_sum
+from distrib.strategies.global_dropout import _mix32, _replica_id, _stepping_strategy, keyed_keep_mask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
+
+__all__ = ["is_keras_layer", "adopt_keras_layer", "use_global_batch_statistics", "uses_global_batch_statistics",
+           "install_keras_dropout", "global_moments"]
+
+_MARK = "_distrib_global_batch_statistics"
+_M32 = 0xFFFFFFFF
+#: The statistics Keras derives from ``_moments`` (renorm's three only exist with ``renorm=True``).
+_STATISTICS = ("moving_mean", "moving_variance", "moving_stddev", "renorm_mean", "renorm_stddev")
+
+
+def is_keras_layer(module: Any) -> bool:
+    """True for a Keras 3 layer or model (only when ``keras`` is already imported)."""
+    keras = sys.modules.get("keras")
+    layer = getattr(getattr(keras, "layers", None), "Layer", None)
+    return layer is not None and isinstance(module, layer)
+
+
+def adopt_keras_layer(layer: Any, strategy_of: Callable[[], Optional["Strategy"]], *, sync_batch_norm: bool,
+                      global_batch_dropout: bool) -> List[torch.Tensor]:
+    """Switch a Keras layer and the layers in it to global-batch behaviour (idempotent).
+
+    Args:
+        layer: any module; only Keras layers are changed.
+        strategy_of: returns the multi-replica strategy, or None (a weak reference).
+        sync_batch_norm: switch ``BatchNormalization`` layers to global statistics.
+        global_batch_dropout: make seeded Keras dropout global in multi-replica steps.
+
+    Returns:
+        The statistics variables (as torch tensors) of the batch norm layers
+        switched now: every replica computes them alike, so they need no averaging.
+    """
+    if not is_keras_layer(layer):
+        return []
+    if global_batch_dropout:
+        install_keras_dropout()
+    if not sync_batch_norm:
+        return []
+    statistics: List[torch.Tensor] = []
+    for inner in layer._flatten_layers(include_self=True, recursive=True):
+        if use_global_batch_statistics(inner, strategy_of):
+            statistics += [v.value for v in (getattr(inner, name, None) for name in _STATISTICS) if v is not None]
+    return statistics
+
+
+def uses_global_batch_statistics(layer: Any) -> bool:
+    """True if `use_global_batch_statistics` switched ``layer``."""
+    return bool(getattr(layer, "__dict__", {}).get(_MARK, False))
+
+
+def use_global_batch_statistics(layer: Any, strategy_of: Callable[[], Optional["Strategy"]]) -> bool:
+    """Make a Keras ``BatchNormalization`` take global-batch moments in training; False if not one."""
+    keras = sys.modules.get("keras")
+    batch_norm = getattr(getattr(keras, "layers", None), "BatchNormalization", None)
+    if (batch_norm is None or not isinstance(layer, batch_norm) or uses_global_batch_statistics(layer)
+            or type(layer)._moments is not batch_norm._moments):
+        return False
+    # Through __dict__: Keras's __setattr__ would track the method as layer state.
+    layer.__dict__[_MARK] = True
+    layer.__dict__["_moments"] = types.MethodType(_make_moments(strategy_of), layer)
+    return True
+
+
+def _make_moments(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[..., Tuple[Any, Any]]:
+    def _moments(self: Any, inputs: Any, mask: Any) -> Tuple[Any, Any]:
+        strategy = strategy_of()
+        if (strategy is None or strategy.num_replicas_in_sync <= 1 or not isinstance(inputs, torch.Tensor)
+                or inputs.device.type == "meta"):
+            return type(self)._moments(self, inputs, mask)
+        return global_moments(inputs, mask, self._reduction_axes, strategy.collective, strategy.comm_device)
+    return _moments
+
+
+def global_moments(inputs: torch.Tensor, mask: Optional[torch.Tensor], reduction_axes: Sequence[int],
+                   collective: Any, comm_device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and biased variance of the global batch, as Keras's ``_moments`` on all of it.
+
+    ``mask`` (the inputs' shape less the last axis) weighs each position as
+    Keras does: ``mean = Σ m·x / (Σ m + ε)`` and ``variance = Σ m·(x - mean)²
+    / (Σ m + ε)``, with Keras's ``backend.epsilon()``.
+    """
+    from keras.src import backend
+
+    axes = sorted(a % inputs.dim() for a in reduction_axes)
+    channels = _prod(inputs.shape[a] for a in range(inputs.dim()) if a not in axes)
+    x = inputs.to(torch.float64)
+    if mask is None:
+        count = torch.tensor([inputs.numel() // max(channels, 1)], dtype=torch.float64, device=x.device)
+        local = torch.cat([x.sum(axes), (x * x).sum(axes), count])
+    else:
+        keep = torch.as_tensor(mask, device=x.device).to(torch.bool).unsqueeze(-1).expand(inputs.shape)
+        xm = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        local = torch.cat([xm.sum(axes), (xm * xm).sum(axes), keep.to(torch.float64).sum(axes)])
+    total = all_reduce_sum(local, collective, comm_device)
+    s1, s2, weight = total[:channels], total[channels:2 * channels], total[2 * channels:]
+    if mask is None:
+        mean = s1 / weight
+        variance = s2 / weight - mean * mean
+    else:
+        denominator = weight + backend.epsilon()
+        mean = s1 / denominator
+        variance = (s2 - 2 * mean * s1 + mean * mean * weight) / denominator
+    return mean.to(inputs.dtype), variance.clamp_min(0.0).to(inputs.dtype)
+
+
+def _prod(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def install_keras_dropout() -> bool:
+    """Make Keras's seeded dropout drop by the global row in multi-replica steps; False without Keras on torch."""
+    keras = sys.modules.get("keras")
+    if keras is None or keras.backend.backend() != "torch":
+        return False
+    hooks.keras_random_override("dropout", _make_keras_dropout)
+    return True
+
+
+def _make_keras_dropout(original: Callable[..., Any]) -> Callable[..., Any]:
+    def dropout(inputs: Any, rate: Any, noise_shape: Any = None, seed: Any = None) -> Any:
+        keyed = _keyed_if_stepping(inputs, rate, noise_shape, seed)
+        return original(inputs, rate, noise_shape=noise_shape, seed=seed) if keyed is None else keyed
+    dropout.__doc__ = original.__doc__
+    return dropout
+
+
+def _keyed_if_stepping(inputs: Any, rate: Any, noise_shape: Any, seed: Any) -> Optional[torch.Tensor]:
+    """Keras's seeded dropout of ``inputs`` with a keyed global mask in a multi-replica step; else None."""
+    if type(inputs) is not torch.Tensor or inputs.dim() == 0 or inputs.device.type == "meta":
+        return None
+    if not _draws_from_seed(seed, noise_shape) or not 0.0 < float(rate) < 1.0:
+        return None  # Keras calls torch.nn.functional.dropout (keyed by global_dropout), or draws nothing
+    strategy = _stepping_strategy()
+    if strategy is None:
+        return None
+    from keras.src.random.seed_generator import draw_seed
+
+    key = _key_of(draw_seed(seed).tolist())
+    shape = tuple(int(d) if d is not None else int(inputs.shape[i])
+                  for i, d in enumerate(noise_shape if noise_shape is not None else inputs.shape))
+    rows = int(inputs.shape[0])
+    if shape[0] == 1 and rows != 1:
+        keep = keyed_keep_mask(shape, 0, float(rate), key, device=inputs.device)
+    else:
+        first_row, salt = _global_place(rows, _replica_id(strategy))
+        keep = keyed_keep_mask(shape, first_row, float(rate), key, salt=salt, device=inputs.device)
+    return torch.where(keep.broadcast_to(inputs.shape), inputs / (1.0 - float(rate)), torch.zeros_like(inputs))
+
+
+def _draws_from_seed(seed: Any, noise_shape: Any) -> bool:
+    """Whether Keras's torch backend draws this dropout's mask from ``seed`` (not ``F.dropout``)."""
+    from keras.src.random.seed_generator import SeedGenerator
+
+    unseeded = seed is None or (isinstance(seed, SeedGenerator) and seed._initial_seed is None)
+    return noise_shape is not None or not unseeded
+
+
+def _key_of(seed: Sequence[int]) -> Tuple[int, int]:
+    """Two 32-bit key words from a Keras seed ``[seed, counter]``, each depending on both.
+
+    Hashed first: seeds or counters that differ in a few bits then give
+    unrelated masks, not masks of XOR-shifted element indices.
+    """
+    s0, s1 = (int(v) & _M32 for v in seed)
+    k0 = _mix32(_mix32(s0 ^ 0x9E3779B9) ^ s1)
+    return k0, _mix32(_mix32(s1 ^ 0x85EBCA6B) ^ k0)
+
+
+def _global_place(rows: int, replica_id: int) -> Tuple[int, int]:
+    """``(first global row, salt)`` of a mask of ``rows`` rows, from the batch's noted place.
+
+    ``rows`` that are ``k`` times the replica's rows are ``k`` per example.
+    Unlike `global_dropout`'s, not remembered by key: a fixed seed draws the
+    same key at every call, on other batches.
+    """
+    position = batch_position.current()
+    if position is not None and position.rows > 0 and rows > 0 and rows % position.rows == 0:
+        return position.first_row * (rows // position.rows), 0
+    return 0, replica_id + 1
