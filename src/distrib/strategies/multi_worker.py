@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
@@ -26,6 +26,9 @@ from distrib.comm.options import CommunicationImplementation, CommunicationOptio
 from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.local_gpu import select_local_gpu
 from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.interface import Strategy
 
 _log = logging.getLogger("distrib.strategies")
 
@@ -67,7 +70,7 @@ class MultiWorkerMirroredStrategy(ReplicatedStrategy):
         say_if_a_resize_changes_the_result(self, options)
 
 
-def say_if_a_resize_changes_the_result(strategy: Any, options: CommunicationOptions) -> Optional[str]:
+def say_if_a_resize_changes_the_result(strategy: "Strategy", options: CommunicationOptions) -> Optional[str]:
     """Warn once (replica 0) where an elastic job's options tie a replica's result to its share.
 
     With ``sync_batch_norm=False`` each replica normalises with its own rows'
