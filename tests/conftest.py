@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
@@ -16,6 +16,33 @@ import pytest
 # the GPUs visible (./scripts/test.sh does so where torch sees one).
 if os.environ.get("DISTRIB_TEST_GPU") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def _ports_of_this_test_process(lowest: int = 10000) -> Optional[str]:
+    """A ``DISTRIB_PORT_RANGE`` for the tasks this pytest process starts.
+
+    Below the kernel's ephemeral range, so no program's ``bind(0)`` (gloo's
+    listeners, another test's store) or outgoing connection takes a port
+    between its choice and its use, and disjoint from the other xdist
+    workers' ranges. None where the ephemeral range leaves too little room.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            first_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0) % workers
+    size = (first_ephemeral - lowest) // workers
+    if size < 500:
+        return None
+    start = lowest + index * size
+    return f"{start}-{start + size - 1}"
+
+
+_PORTS = _ports_of_this_test_process()
+if _PORTS is not None:
+    os.environ["DISTRIB_PORT_RANGE"] = _PORTS
 
 
 @pytest.fixture

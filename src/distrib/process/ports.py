@@ -8,6 +8,13 @@ ones. A port can still be taken by another program between the moment it is
 released here and the moment the task binds it; Linux makes this unlikely by
 giving ``bind(0)`` and outgoing connections different halves of the port range.
 
+``DISTRIB_PORT_RANGE=LOW-HIGH`` makes the ports come from that range instead
+(each checked free by binding it): for a firewall that opens only some ports,
+and for the test suite, whose parallel processes take disjoint ranges below
+the kernel's ephemeral range (``ip_local_port_range``), so neither each other
+nor any program's ``bind(0)`` or outgoing connection can take a port between
+its choice and its use.
+
 Example:
     >>> a, b = reserve_ports(2)
     >>> a != b
@@ -16,11 +23,15 @@ Example:
 from __future__ import annotations
 
 import collections
+import os
+import random
 import socket
 import threading
-from typing import Deque, List, Set
+from typing import Deque, List, Mapping, Optional, Set, Tuple
 
-__all__ = ["free_port", "reserve_ports"]
+__all__ = ["free_port", "reserve_ports", "port_range", "PORT_RANGE_ENV"]
+
+PORT_RANGE_ENV = "DISTRIB_PORT_RANGE"
 
 _RECENT_LIMIT = 256
 _recent: Deque[int] = collections.deque(maxlen=_RECENT_LIMIT)
@@ -43,6 +54,9 @@ def reserve_ports(count: int, host: str = "127.0.0.1") -> List[int]:
     """
     if count < 0:
         raise ValueError(f"reserve_ports: count must be >= 0, got {count}")
+    span = port_range()
+    if span is not None:
+        return _reserve_in_range(count, host, span)
     held: List[socket.socket] = []
     ports: List[int] = []
     with _recent_lock:
@@ -66,6 +80,55 @@ def reserve_ports(count: int, host: str = "127.0.0.1") -> List[int]:
         finally:
             for sock in held:
                 sock.close()
+        _recent.extend(ports)
+    return ports
+
+
+def port_range(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[int, int]]:
+    """``(low, high)`` from ``DISTRIB_PORT_RANGE`` (inclusive), or None where it is unset or empty.
+
+    Raises:
+        ValueError: not ``LOW-HIGH`` with ``1 <= LOW <= HIGH <= 65535`` (one line naming the variable).
+
+    Example:
+        >>> port_range({"DISTRIB_PORT_RANGE": "20000-20999"})
+        (20000, 20999)
+    """
+    text = (os.environ if environ is None else environ).get(PORT_RANGE_ENV, "").strip()
+    if not text:
+        return None
+    low, sep, high = text.partition("-")
+    if sep and low.strip().isdigit() and high.strip().isdigit() and 1 <= int(low) <= int(high) <= 65535:
+        return int(low), int(high)
+    raise ValueError(f"{PORT_RANGE_ENV}={text!r} is not a port range: write LOW-HIGH, for example 20000-20999")
+
+
+def _reserve_in_range(count: int, host: str, span: Tuple[int, int]) -> List[int]:
+    """``count`` distinct ports of ``span`` that bind on ``host`` now, avoiding the recently given ones."""
+    held: List[socket.socket] = []
+    ports: List[int] = []
+    with _recent_lock:
+        recent = set(_recent)
+        candidates = [p for p in range(span[0], span[1] + 1) if p not in recent]
+        random.SystemRandom().shuffle(candidates)
+        try:
+            for port in candidates:
+                if len(ports) == count:
+                    break
+                sock = socket.socket(_family(host), socket.SOCK_STREAM)
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    sock.close()
+                    continue
+                held.append(sock)
+                ports.append(port)
+        finally:
+            for sock in held:
+                sock.close()
+        if len(ports) < count:
+            raise OSError(f"cannot find {count} free ports on host {host!r} in "
+                          f"{PORT_RANGE_ENV}={span[0]}-{span[1]} (found {len(ports)})")
         _recent.extend(ports)
     return ports
 
