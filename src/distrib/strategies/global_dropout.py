@@ -330,9 +330,8 @@ def _keyed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
     scores = query @ key.transpose(-2, -1) * factor
     bias = _attention_bias(attn_mask, is_causal, query.size(-2), key.size(-2), work, query.device)
-    if bias is not None:
-        scores = scores + bias
-    weights = _dropped_by_example(_safe_softmax(scores), p, replica_id)
+    weights = torch.softmax(scores, -1) if bias is None else _safe_softmax(scores + bias)
+    weights = _dropped_by_example(weights, p, replica_id)
     return (weights @ value).to(dtype)
 
 
@@ -359,7 +358,7 @@ def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
     The row's scores are set to 0 before the softmax so that neither its weights
     nor its gradient are NaN.
     """
-    masked = torch.isneginf(scores).all(-1, keepdim=True)
+    masked = scores.amax(-1, keepdim=True).isneginf()
     return torch.softmax(scores.masked_fill(masked, 0.0), -1).masked_fill(masked, 0.0)
 
 
