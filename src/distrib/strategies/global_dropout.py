@@ -87,13 +87,16 @@ _C1, _C2 = 0x7FEB352D, 0x046CA68B
 _CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output."""
-    x = x ^ (x >> 16)
-    x = (x * _C1) & _M32
-    x = x ^ (x >> 15)
-    x = (x * _C2) & _M32
-    return x ^ (x >> 16)
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output; overwrites ``x``.
+
+    In place: the mask of a large attention is hashed with half the passes over memory.
+    """
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_C1).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_C2).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
@@ -114,12 +117,13 @@ def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[i
     start = first_row * per_row
     index = torch.arange(start, start + rows * per_row, dtype=torch.int64, device=device)
     wide = start + rows * per_row > 2 ** 32
-    h = _mix32(((index & _M32) if wide else index) ^ key[0])
+    low = (index & _M32) if wide else index
+    h = _mix32_(low.bitwise_xor_(key[0]))
     if wide:
-        h = h ^ (index >> 32)
-    h = _mix32(h ^ key[1])
+        h.bitwise_xor_(index >> 32)
+    h = _mix32_(h.bitwise_xor_(key[1]))
     if salt:
-        h = _mix32(h ^ (salt & _M32))
+        h = _mix32_(h.bitwise_xor_(salt & _M32))
     threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
     return (h >= threshold).reshape(tuple(shape))
 
@@ -216,7 +220,7 @@ def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, rep
     first_row, salt = _place(words[0], words[1], int(x.shape[0]), replica_id)
     shape = tuple(x.shape[:2]) + (1,) * (x.dim() - 2) if channels else tuple(x.shape)
     keep = keyed_keep_mask(shape, first_row, p, (words[0], words[1]), salt=salt, device=x.device)
-    scale = keep.to(x.dtype) * (1.0 / (1.0 - p))
+    scale = keep.to(x.dtype).mul_(1.0 / (1.0 - p))
     return x.mul_(scale) if inplace else x * scale
 
 
