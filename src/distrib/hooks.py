@@ -14,9 +14,9 @@ handler functions stay with their concern:
   parameter server's guard against local steps;
 * `module_registration_hook`, `module_forward_pre_hook`: scope capture
   (`distrib.strategies.replication`, `parameter_server.variables`);
-* `functional_override`: ``torch.nn.functional``'s dropout functions drop by
-  the example's global row in a multi-replica step
-  (`distrib.strategies.global_dropout`);
+* `functional_override`: ``torch.nn.functional``'s dropout functions and the
+  dropout inside ``scaled_dot_product_attention`` drop by the example's global
+  row in a multi-replica step (`distrib.strategies.global_dropout`);
 * `keras_random_override`: Keras 3's seeded dropout on the torch backend
   does too (`distrib.strategies.keras_global_layers`);
 * `install_signal_handler`, `restore_signal_handler`: preemption

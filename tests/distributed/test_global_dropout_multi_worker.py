@@ -1,4 +1,5 @@
-"""A model with dropout and BatchNorm trains to the same weights on 2 and on 3 real workers.
+"""A model with dropout and BatchNorm, and one with a TransformerEncoderLayer, train to the same weights on 2
+and on 3 real workers.
 
 Each worker reads the same global batches (DATA sharding) and takes its rows;
 global-batch dropout keys every mask element on the example's row in the
@@ -94,13 +95,45 @@ def model_fit():
             "final": {k: v.tolist() for k, v in model.module.state_dict().items()}}
 
 
+def attention_loop():
+    """A TransformerEncoderLayer (dropout in its attention, ``need_weights=False``) trained in a custom loop."""
+    from distrib.strategies import global_dropout
+
+    calls = []
+    keyed = global_dropout._keyed_attention
+    global_dropout._keyed_attention = lambda *a, **k: calls.append(1) or keyed(*a, **k)
+    strategy = distrib.MultiWorkerMirroredStrategy()
+    x, y = _data()
+    with strategy.scope():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(6, 16), torch.nn.Unflatten(1, (2, 8)),
+            torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.3, batch_first=True), torch.nn.Flatten(),
+            torch.nn.Linear(16, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        dataset = strategy.experimental_distribute_dataset(
+            distrib.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH))
+
+    def step(inputs):
+        xb, yb = inputs
+        loss = distrib.nn.compute_average_loss(((model(xb) - yb) ** 2).sum(1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    losses = [float(strategy.reduce("SUM", strategy.run(step, args=(batch,)), axis=None)) for batch in dataset]
+    return {"replicas": strategy.num_replicas_in_sync, "losses": losses, "keyed attention calls": len(calls),
+            "final": {k: v.tolist() for k, v in model.state_dict().items()}}
+
+
 def _differences(a, b):
     return [k for k in a if not np.allclose(np.asarray(a[k], dtype=np.float64), np.asarray(b[k], dtype=np.float64),
                                             rtol=1e-4, atol=1e-5)]
 
 
-@pytest.mark.parametrize("program", [custom_loop, pytest.param(model_fit, marks=pytest.mark.slow)],
-                         ids=["custom-loop", "fit"])
+@pytest.mark.parametrize("program", [custom_loop, attention_loop, pytest.param(model_fit, marks=pytest.mark.slow)],
+                         ids=["custom-loop", "attention", "fit"])
 def test_dropout_and_batch_norm_train_alike_on_two_and_three_workers(program):
     two = run_cluster(program, num_workers=2, timeout=200)
     three = run_cluster(program, num_workers=3, timeout=200)
@@ -108,5 +141,7 @@ def test_dropout_and_batch_norm_train_alike_on_two_and_three_workers(program):
     assert all(w["final"] == two[0]["final"] for w in two) and all(w["final"] == three[0]["final"] for w in three)
     assert _differences(two[0]["final"], three[0]["final"]) == []
     np.testing.assert_allclose(two[0]["losses"], three[0]["losses"], rtol=1e-4)
+    if program is attention_loop:  # the attention's dropout took the keyed path in every step
+        assert [w["keyed attention calls"] for w in two + three] == [STEPS] * 5
     if program is custom_loop:  # the control, with torch's own dropout, shows the comparison can fail
         assert _differences(two[0]["control"], three[0]["control"]) != []

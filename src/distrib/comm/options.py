@@ -52,12 +52,16 @@ class CommunicationOptions:
             ``False``: local statistics, running statistics averaged after
             each step (tf.distribute's default).
         global_batch_dropout: torch Dropout layers (``Dropout``,
-            ``Dropout1d/2d/3d``) in a multi-replica scope decide each mask
-            element from the example's place in the global batch, so the
-            masks do not depend on how many replicas share it
-            (`distrib.strategies.global_dropout`); so do Keras 3's dropout
-            layers, seeded or not (`distrib.strategies.keras_global_layers`).
-            ``False``: torch's and Keras's own dropout on each replica's rows.
+            ``Dropout1d/2d/3d``) in a multi-replica scope, and
+            ``torch.nn.functional``'s dropout functions and
+            ``scaled_dot_product_attention`` in a multi-replica step, decide
+            each mask element from the example's place in the global batch,
+            so the masks do not depend on how many replicas share it
+            (`distrib.strategies.global_dropout`; the attention then runs
+            unfused); so do Keras 3's dropout layers, seeded or not
+            (`distrib.strategies.keras_global_layers`). ``False``: torch's
+            and Keras's own dropout (and fused attention kernels) on each
+            replica's rows.
     """
 
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO

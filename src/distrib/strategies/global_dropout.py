@@ -31,9 +31,19 @@ tensor whose first dimension is ``k`` times the replica's rows is taken as
 ``k`` rows per example, example-major (attention weights of shape
 ``(batch * heads, target, source)``). Keras 3's ``Dropout`` without a seed
 calls ``torch.nn.functional.dropout`` on the torch backend, so it is covered
-too. Not covered: the dropout inside the
-fused ``scaled_dot_product_attention`` (``need_weights=False``, and
-``TransformerEncoderLayer``), which draws its own mask.
+too.
+
+``torch.nn.functional.scaled_dot_product_attention`` with ``dropout_p > 0`` in
+a multi-replica step (``MultiheadAttention(need_weights=False)``,
+``TransformerEncoderLayer`` and ``TransformerDecoderLayer`` in training) would
+draw its mask inside a fused kernel; there it computes the attention with
+torch's math formula instead (`_keyed_attention`: ``attn_mask``, ``is_causal``,
+``scale`` and ``enable_gqa`` as torch defines them, arguments checked by
+torch) and drops the weights ``(N, ..., L, S)`` with the mask of each
+example's row ``N``. The cost: the full ``L x S`` weights of every head are
+held (the fused kernels hold none), and the mask is hashed per element. With
+``dropout_p == 0`` (evaluation) or outside such a step, torch's function runs,
+fused kernels and all.
 
 When the batch's global place is unknown (a per-worker input: FILE sharding,
 a dataset function; an input not from a distributed dataset) the key is also
@@ -50,6 +60,8 @@ same mask in both jobs:
 from __future__ import annotations
 
 import collections
+import functools
+import math
 import types
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
 
@@ -63,7 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
 __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask",
-           "install_functional_dropout"]
+           "install_functional_dropout", "mix32"]
 
 _MARK = "_distrib_global_batch_dropout"
 _M32 = 0xFFFFFFFF
@@ -75,13 +87,30 @@ _C1, _C2 = 0x7FEB352D, 0x046CA68B
 _CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output."""
-    x = x ^ (x >> 16)
+def mix32(x: int) -> int:
+    """`_mix32_` on one 32-bit value (a Python int): for keys made of other keys (Keras's seeds).
+
+    Example:
+        >>> mix32(0) == 0 and mix32(1) != 1
+        True
+    """
+    x ^= x >> 16
     x = (x * _C1) & _M32
-    x = x ^ (x >> 15)
+    x ^= x >> 15
     x = (x * _C2) & _M32
     return x ^ (x >> 16)
+
+
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output; overwrites ``x``.
+
+    In place: the mask of a large attention is hashed with half the passes over memory.
+    """
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_C1).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_C2).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
@@ -102,12 +131,13 @@ def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[i
     start = first_row * per_row
     index = torch.arange(start, start + rows * per_row, dtype=torch.int64, device=device)
     wide = start + rows * per_row > 2 ** 32
-    h = _mix32(((index & _M32) if wide else index) ^ key[0])
+    low = (index & _M32) if wide else index
+    h = _mix32_(low.bitwise_xor_(key[0]))
     if wide:
-        h = h ^ (index >> 32)
-    h = _mix32(h ^ key[1])
+        h.bitwise_xor_(index >> 32)
+    h = _mix32_(h.bitwise_xor_(key[1]))
     if salt:
-        h = _mix32(h ^ (salt & _M32))
+        h = _mix32_(h.bitwise_xor_(salt & _M32))
     threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
     return (h >= threshold).reshape(tuple(shape))
 
@@ -146,9 +176,11 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
 
 
 def install_functional_dropout() -> None:
-    """Make ``torch.nn.functional``'s dropout functions drop by the global row in multi-replica steps (idempotent)."""
+    """Make ``torch.nn.functional``'s dropout functions and ``scaled_dot_product_attention`` drop by the global
+    row in multi-replica steps (idempotent)."""
     for name, make in _FUNCTIONAL_MAKERS.items():
         hooks.functional_override(name, make)
+    hooks.functional_override("scaled_dot_product_attention", _attention_maker)
 
 
 def _functional_maker(rank: Optional[int]) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
@@ -202,7 +234,7 @@ def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, rep
     first_row, salt = _place(words[0], words[1], int(x.shape[0]), replica_id)
     shape = tuple(x.shape[:2]) + (1,) * (x.dim() - 2) if channels else tuple(x.shape)
     keep = keyed_keep_mask(shape, first_row, p, (words[0], words[1]), salt=salt, device=x.device)
-    scale = keep.to(x.dtype) * (1.0 / (1.0 - p))
+    scale = keep.to(x.dtype).mul_(1.0 / (1.0 - p))
     return x.mul_(scale) if inplace else x * scale
 
 
@@ -232,3 +264,127 @@ def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
         if len(_placed) > _PLACED_KEPT:
             _placed.popitem(last=False)
     return place
+
+
+# ---------------------------------------------------------------- attention
+def _attention_maker(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``scaled_dot_product_attention`` that, in a multi-replica step with ``dropout_p > 0``, drops by the row.
+
+    There it computes the attention as torch's math kernel does (`_keyed_attention`) after torch checks the
+    arguments (`_torch_validator`); everywhere else it is torch's function, fused kernels included.
+    TorchScript compiles no keyword-only arguments, so ``scale`` and ``enable_gqa`` may also come by
+    position here (torch's own takes them by keyword only).
+    """
+    validate = _torch_validator(original)
+
+    def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                     attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                     is_causal: bool = False, scale: Optional[float] = None,
+                                     enable_gqa: bool = False) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
+            strategy = _attention_strategy(query, key, value, attn_mask, dropout_p)
+            if strategy is not None:
+                validate(_signature(query, key, value, attn_mask), is_causal, scale, enable_gqa)
+                return _keyed_attention(query, key, value, attn_mask, float(dropout_p), is_causal, scale,
+                                        enable_gqa, _replica_id(strategy))
+        return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    scaled_dot_product_attention.__doc__ = original.__doc__
+    return scaled_dot_product_attention
+
+
+def _attention_strategy(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attn_mask: Optional[torch.Tensor], dropout_p: float) -> Optional["Strategy"]:
+    """The multi-replica strategy whose step drops this attention's weights by the row; None: torch's own runs.
+
+    Nested tensors and tensor subclasses keep torch's function, as a ``dropout_p`` outside ``(0, 1]`` does
+    (torch raises for it).
+    """
+    if not isinstance(dropout_p, (int, float)) or not 0.0 < dropout_p <= 1.0:
+        return None
+    tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+    if any(type(t) is not torch.Tensor or t.is_nested for t in tensors):
+        return None
+    return _stepping_strategy()
+
+
+_Signature = Tuple[Optional[Tuple[Tuple[int, ...], torch.dtype]], ...]
+
+
+def _signature(*tensors: Optional[torch.Tensor]) -> _Signature:
+    """What torch's argument checks read of each tensor: its shape and dtype."""
+    return tuple(None if t is None else (tuple(t.shape), t.dtype) for t in tensors)
+
+
+def _torch_validator(original: Callable[..., torch.Tensor]) -> Callable[..., None]:
+    """Raise as torch's ``scaled_dot_product_attention`` would for these shapes, dtypes and flags.
+
+    Runs torch's function on meta tensors (no data, no random draw): about 2 ms,
+    so each accepted signature is remembered; a rejected one raises every time.
+    """
+    @functools.lru_cache(maxsize=256)
+    def validate(signature: _Signature, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> None:
+        metas = [None if s is None else torch.empty(s[0], dtype=s[1], device="meta") for s in signature]
+        original(*metas, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return validate
+
+
+def _keyed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                     p: float, is_causal: bool, scale: Optional[float], enable_gqa: bool,
+                     replica_id: int) -> torch.Tensor:
+    """Attention as torch's math kernel computes it, its weights dropped by `_keyed_dropout`.
+
+    ``softmax(query @ key^T * scale + bias) @ value``, with ``scale`` by default
+    ``1 / sqrt(E)``, the bias from ``attn_mask`` and ``is_causal``
+    (`_attention_bias`), and with ``enable_gqa`` each key/value head shared by
+    ``Hq / H`` consecutive query heads. Half and bfloat16 inputs are computed
+    in float32 and the result cast back, as torch's math kernel does.
+    """
+    dtype = query.dtype
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    query, key, value = query.to(work), key.to(work), value.to(work)
+    if enable_gqa and query.dim() >= 3 and key.size(-3) != query.size(-3):
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * factor
+    bias = _attention_bias(attn_mask, is_causal, query.size(-2), key.size(-2), work, query.device)
+    weights = torch.softmax(scores, -1) if bias is None else _safe_softmax(scores + bias)
+    weights = _dropped_by_example(weights, p, replica_id)
+    return (weights @ value).to(dtype)
+
+
+def _attention_bias(attn_mask: Optional[torch.Tensor], is_causal: bool, target: int, source: int,
+                    dtype: torch.dtype, device: torch.device) -> Optional[torch.Tensor]:
+    """The float bias added to the scores: ``-inf`` where a boolean mask (or the causal mask) is False.
+
+    The causal mask is upper-left aligned, as torch's: query ``i`` sees keys ``0..i``
+    whatever the lengths (``target=2, source=3``: ``[[0, -inf, -inf], [0, 0, -inf]]``).
+    A float ``attn_mask`` is added as it is.
+    """
+    if is_causal:
+        attn_mask = torch.ones(target, source, dtype=torch.bool, device=device).tril()
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == torch.bool:
+        return torch.zeros(attn_mask.shape, dtype=dtype, device=device).masked_fill_(~attn_mask, float("-inf"))
+    return attn_mask.to(dtype)
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension; a row masked whole (all ``-inf``) gets weights 0, as torch's math kernel.
+
+    The row's scores are set to 0 before the softmax so that neither its weights
+    nor its gradient are NaN.
+    """
+    masked = scores.amax(-1, keepdim=True).isneginf()
+    return torch.softmax(scores.masked_fill(masked, 0.0), -1).masked_fill(masked, 0.0)
+
+
+def _dropped_by_example(weights: torch.Tensor, p: float, replica_id: int) -> torch.Tensor:
+    """`_keyed_dropout` on attention weights ``(N, ..., L, S)``: each example's ``(..., L, S)`` is its row.
+
+    Unbatched weights ``(L, S)`` are one row.
+    """
+    if weights.dim() > 2:
+        return _keyed_dropout(weights, p, False, channels=False, replica_id=replica_id)
+    return _keyed_dropout(weights.unsqueeze(0), p, False, channels=False, replica_id=replica_id).squeeze(0)

@@ -59,7 +59,7 @@ import torch
 from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies.batch_norm import all_reduce_sum
-from distrib.strategies.global_dropout import _mix32, _replica_id, _stepping_strategy, keyed_keep_mask
+from distrib.strategies.global_dropout import _replica_id, _stepping_strategy, keyed_keep_mask, mix32
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -229,8 +229,8 @@ def _key_of(seed: Sequence[int]) -> Tuple[int, int]:
     unrelated masks, not masks of XOR-shifted element indices.
     """
     s0, s1 = (int(v) & _M32 for v in seed)
-    k0 = _mix32(_mix32(s0 ^ 0x9E3779B9) ^ s1)
-    return k0, _mix32(_mix32(s1 ^ 0x85EBCA6B) ^ k0)
+    k0 = mix32(mix32(s0 ^ 0x9E3779B9) ^ s1)
+    return k0, mix32(mix32(s1 ^ 0x85EBCA6B) ^ k0)
 
 
 def _global_place(rows: int, replica_id: int) -> Tuple[int, int]:
