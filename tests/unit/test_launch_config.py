@@ -175,7 +175,12 @@ def test_reserve_ports_is_safe_across_threads():
     assert len(ports) == 16 and len(set(ports)) == 16
 
 
-def test_reserve_ports_rejects_a_negative_count_and_a_bad_host():
+@pytest.mark.parametrize("span", [None, "25000-25100"])
+def test_reserve_ports_rejects_a_negative_count_and_a_bad_host(monkeypatch, span):
+    if span is None:
+        monkeypatch.delenv("DISTRIB_PORT_RANGE", raising=False)
+    else:
+        monkeypatch.setenv("DISTRIB_PORT_RANGE", span)
     with pytest.raises(ValueError):
         reserve_ports(-1)
     with pytest.raises(OSError, match="cannot bind a free port on host '203.0.113.7'"):

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import random
 import socket
@@ -118,9 +119,11 @@ def _reserve_in_range(count: int, host: str, span: Tuple[int, int]) -> List[int]
                 sock = socket.socket(_family(host), socket.SOCK_STREAM)
                 try:
                     sock.bind((host, port))
-                except OSError:
+                except OSError as exc:
                     sock.close()
-                    continue
+                    if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                        continue  # taken, or reserved for privileged programs
+                    raise OSError(f"cannot bind a free port on host {host!r}: {exc}") from None
                 held.append(sock)
                 ports.append(port)
         finally:
