@@ -132,7 +132,8 @@ def _differences(a, b):
                                             rtol=1e-4, atol=1e-5)]
 
 
-@pytest.mark.parametrize("program", [custom_loop, attention_loop, pytest.param(model_fit, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("program", [custom_loop, pytest.param(attention_loop, marks=pytest.mark.slow),
+                                     pytest.param(model_fit, marks=pytest.mark.slow)],
                          ids=["custom-loop", "attention", "fit"])
 def test_dropout_and_batch_norm_train_alike_on_two_and_three_workers(program):
     two = run_cluster(program, num_workers=2, timeout=200)

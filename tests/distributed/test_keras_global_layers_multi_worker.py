@@ -20,7 +20,9 @@ pytest.importorskip("keras")
 
 from distrib.testing import run_cluster  # noqa: E402
 
-pytestmark = pytest.mark.timeout(240)
+# In the slow run: tests/unit/test_global_keras_layers.py checks the same splits in one process
+# (replicas on threads, a real all-reduce) in the default run.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 KERAS_ENV = {"KERAS_BACKEND": "torch"}
 GLOBAL_BATCH, STEPS = 12, 5
