@@ -21,8 +21,9 @@ as torch does. Recomputation under ``torch.utils.checkpoint`` restores the
 generator, so it draws the same key, finds the place the first computation
 had, and makes the same mask.
 
-The same holds for ``torch.nn.functional.dropout`` and ``dropout1d/2d/3d``
-called in a multi-replica step (inside ``strategy.run`` or a scope whose
+The same holds for ``torch.nn.functional.dropout``, ``dropout1d/2d/3d``,
+``alpha_dropout`` and ``feature_alpha_dropout`` (so ``nn.AlphaDropout`` and
+``nn.FeatureAlphaDropout``: `alpha_dropout_with`) called in a multi-replica step (inside ``strategy.run`` or a scope whose
 strategy has more than one replica; `install_functional_dropout`), so a
 ``forward`` that calls ``F.dropout(x, p, self.training)`` and the attention
 dropout of ``torch.nn.MultiheadAttention`` (computed with its weights, the
@@ -75,7 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
 __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask",
-           "install_functional_dropout", "mix32"]
+           "install_functional_dropout", "mix32", "alpha_dropout_with"]
 
 _MARK = "_distrib_global_batch_dropout"
 _M32 = 0xFFFFFFFF
@@ -152,7 +153,8 @@ def use_global_batch_dropout(module: torch.nn.Module, strategy_of: Callable[[], 
 
     Args:
         module: any module; ``Dropout`` and ``Dropout1d/2d/3d`` are changed
-            (``AlphaDropout`` and ``FeatureAlphaDropout`` are not).
+            (``AlphaDropout`` and ``FeatureAlphaDropout`` need not be: they call
+            the functions `install_functional_dropout` replaces).
         strategy_of: returns the strategy whose replicas share the batch, or
             None (a weak reference, so the layer keeps no strategy alive).
     """
@@ -207,9 +209,29 @@ def _keyed_if_stepping(x: torch.Tensor, p: float, training: bool, inplace: bool,
     return _keyed_dropout(x, float(p), bool(inplace), channels=rank is not None, replica_id=_replica_id(strategy))
 
 
-#: ``torch.nn.functional``'s dropout functions, each with the batched rank of a channel dropout's input.
-_FUNCTIONAL_MAKERS = {name: _functional_maker(rank)
-                      for name, rank in (("dropout", None), ("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5))}
+def _alpha_maker(channels: bool) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
+    """``alpha_dropout`` (``channels``: ``feature_alpha_dropout``, a mask per row and channel) keyed by the row."""
+    def make(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def alpha_dropout(input: torch.Tensor, p: float = 0.5, training: bool = False,
+                          inplace: bool = False) -> torch.Tensor:
+            if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
+                strategy = _stepping_strategy()
+                if (strategy is not None and training and type(input) is torch.Tensor and 0.0 < p <= 1.0
+                        and input.numel() > 0 and input.dim() >= (2 if channels else 1)):
+                    return _keyed_dropout(input, float(p), bool(inplace), channels=channels,
+                                          replica_id=_replica_id(strategy), alpha=True)
+            return original(input, p, training, inplace)
+        alpha_dropout.__doc__ = original.__doc__
+        return alpha_dropout
+    return make
+
+
+#: ``torch.nn.functional``'s dropout functions: plain and channel (with the batched rank of the
+#: input), and alpha (``nn.AlphaDropout`` and ``nn.FeatureAlphaDropout`` call these too).
+_FUNCTIONAL_MAKERS = {**{name: _functional_maker(rank)
+                         for name, rank in (("dropout", None), ("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5))},
+                      "alpha_dropout": _alpha_maker(channels=False),
+                      "feature_alpha_dropout": _alpha_maker(channels=True)}
 
 
 def _stepping_strategy() -> Optional["Strategy"]:
@@ -227,15 +249,42 @@ def _replica_id(strategy: "Strategy") -> int:
     return int(ctx.replica_id_in_sync_group) if ctx is not None else int(strategy.replica_id)
 
 
-def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, replica_id: int) -> torch.Tensor:
+def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, replica_id: int,
+                   alpha: bool = False) -> torch.Tensor:
     words = torch.randint(0, 2 ** 32, (2,), dtype=torch.int64).tolist()  # one draw per call on every replica
     if p >= 1.0:
         return x.mul_(0.0) if inplace else x * 0.0
     first_row, salt = _place(words[0], words[1], int(x.shape[0]), replica_id)
     shape = tuple(x.shape[:2]) + (1,) * (x.dim() - 2) if channels else tuple(x.shape)
     keep = keyed_keep_mask(shape, first_row, p, (words[0], words[1]), salt=salt, device=x.device)
+    if alpha:
+        return alpha_dropout_with(x, keep, p, inplace)
     scale = keep.to(x.dtype).mul_(1.0 / (1.0 - p))
     return x.mul_(scale) if inplace else x * scale
+
+
+#: SELU's ``scale * alpha``: where alpha dropout sends a dropped unit (before its affine correction).
+_SELU_ALPHA = 1.7580993408473766
+
+
+def alpha_dropout_with(x: torch.Tensor, keep: torch.Tensor, p: float, inplace: bool = False) -> torch.Tensor:
+    """torch's alpha dropout of ``x`` with the keep-mask ``keep`` (broadcast to ``x``), operation for operation.
+
+    A kept unit becomes ``a·x + α·a·p`` and a dropped one ``α·a·(p - 1)``, with
+    ``α`` SELU's ``scale·alpha`` and ``a = ((α²·p + 1)(1 - p))^-1/2``, so a
+    SELU network's mean and variance are kept. The same operations in the same
+    order as torch's, so the same mask gives the same bits.
+
+    Example (p = 0.5; a kept 1.0 and a dropped unit):
+        >>> y = alpha_dropout_with(torch.tensor([1.0, 1.0]), torch.tensor([True, False]), 0.5)
+        >>> [round(v, 4) for v in y.tolist()]
+        [1.3447, -0.7785]
+    """
+    a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))
+    noise = keep.to(x.dtype)
+    shift = noise.add(-1).mul_(_SELU_ALPHA * a).add_(_SELU_ALPHA * a * p)
+    noise.mul_(a)
+    return (x.mul_(noise) if inplace else x * noise).add_(shift)
 
 
 _placed: "collections.OrderedDict[Tuple[int, int, int], Tuple[int, int]]" = collections.OrderedDict()
