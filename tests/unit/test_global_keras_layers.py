@@ -23,6 +23,8 @@ from distrib.strategies.keras_global_layers import (  # noqa: E402
     install_keras_dropout, use_global_batch_statistics, uses_global_batch_statistics)
 from distrib.testing.simulated import run_workers  # noqa: E402
 
+from test_global_dropout import _TwoReplicaCollective  # noqa: E402  (tests/unit is on sys.path)
+
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch",
                                 reason="Keras runs on another backend (KERAS_BACKEND must be torch)")
 
@@ -202,13 +204,6 @@ class _Sync:
 
     def add_parameters(self, params):
         pass
-
-
-class _TwoReplicaCollective:
-    world_size = 2
-
-    def broadcast(self, tensor, src=0):
-        return tensor
 
 
 class _Owner:
