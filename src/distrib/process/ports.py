@@ -51,37 +51,53 @@ def reserve_ports(count: int, host: str = "127.0.0.1") -> List[int]:
         host: the address the tasks will bind (an IPv4 or IPv6 literal, or a name).
 
     Raises:
-        OSError: ``host`` cannot be bound (one line naming the host).
+        OSError: ``host`` cannot be bound, or too few ports are free (one line naming the host).
     """
     if count < 0:
         raise ValueError(f"reserve_ports: count must be >= 0, got {count}")
     span = port_range()
-    if span is not None:
-        return _reserve_in_range(count, host, span)
-    held: List[socket.socket] = []
-    ports: List[int] = []
     with _recent_lock:
         recent: Set[int] = set(_recent)
-        try:
-            # Every socket stays bound until all are picked, so the kernel
-            # cannot hand out the same port twice within one request.
-            while len(ports) < count:
-                sock = socket.socket(_family(host), socket.SOCK_STREAM)
-                held.append(sock)
-                try:
-                    sock.bind((host, 0))
-                except OSError as exc:
-                    raise OSError(f"cannot bind a free port on host {host!r}: {exc}") from None
-                port = sock.getsockname()[1]
-                if port in recent:
-                    continue
-                ports.append(port)
-                if len(held) > count + _RECENT_LIMIT:
-                    raise OSError(f"cannot find {count} unused ports on host {host!r}")
-        finally:
-            for sock in held:
-                sock.close()
+        if span is None:  # the kernel picks each; a recent one is held and skipped
+            candidates: List[int] = [0] * (count + _RECENT_LIMIT + 1)
+        else:
+            candidates = [p for p in range(span[0], span[1] + 1) if p not in recent]
+            random.SystemRandom().shuffle(candidates)
+        ports = _bind_distinct(count, host, candidates, recent)
+        if len(ports) < count:
+            where = "" if span is None else f" in {PORT_RANGE_ENV}={span[0]}-{span[1]} (found {len(ports)})"
+            raise OSError(f"cannot find {count} {'unused' if span is None else 'free'} ports on host {host!r}{where}")
         _recent.extend(ports)
+    return ports
+
+
+def _bind_distinct(count: int, host: str, candidates: List[int], recent: Set[int]) -> List[int]:
+    """Up to ``count`` ports that bind on ``host``, trying ``candidates`` in order (0: the kernel's choice).
+
+    Every socket stays bound until all are picked, so the kernel cannot hand
+    out the same port twice within one request.
+    """
+    held: List[socket.socket] = []
+    ports: List[int] = []
+    try:
+        for wanted in candidates:
+            if len(ports) == count:
+                break
+            sock = socket.socket(_family(host), socket.SOCK_STREAM)
+            try:
+                sock.bind((host, wanted))
+            except OSError as exc:
+                sock.close()
+                if wanted and exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    continue  # taken, or reserved for privileged programs
+                raise OSError(f"cannot bind a free port on host {host!r}: {exc}") from None
+            held.append(sock)
+            port = sock.getsockname()[1]
+            if port not in recent:
+                ports.append(port)
+    finally:
+        for sock in held:
+            sock.close()
     return ports
 
 
@@ -102,38 +118,6 @@ def port_range(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[in
     if sep and low.strip().isdigit() and high.strip().isdigit() and 1 <= int(low) <= int(high) <= 65535:
         return int(low), int(high)
     raise ValueError(f"{PORT_RANGE_ENV}={text!r} is not a port range: write LOW-HIGH, for example 20000-20999")
-
-
-def _reserve_in_range(count: int, host: str, span: Tuple[int, int]) -> List[int]:
-    """``count`` distinct ports of ``span`` that bind on ``host`` now, avoiding the recently given ones."""
-    held: List[socket.socket] = []
-    ports: List[int] = []
-    with _recent_lock:
-        recent = set(_recent)
-        candidates = [p for p in range(span[0], span[1] + 1) if p not in recent]
-        random.SystemRandom().shuffle(candidates)
-        try:
-            for port in candidates:
-                if len(ports) == count:
-                    break
-                sock = socket.socket(_family(host), socket.SOCK_STREAM)
-                try:
-                    sock.bind((host, port))
-                except OSError as exc:
-                    sock.close()
-                    if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                        continue  # taken, or reserved for privileged programs
-                    raise OSError(f"cannot bind a free port on host {host!r}: {exc}") from None
-                held.append(sock)
-                ports.append(port)
-        finally:
-            for sock in held:
-                sock.close()
-        if len(ports) < count:
-            raise OSError(f"cannot find {count} free ports on host {host!r} in "
-                          f"{PORT_RANGE_ENV}={span[0]}-{span[1]} (found {len(ports)})")
-        _recent.extend(ports)
-    return ports
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -76,7 +76,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
 __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask",
-           "install_functional_dropout", "mix32", "alpha_dropout_with"]
+           "install_functional_dropout", "mix32", "alpha_dropout_with",
+           "stepping_strategy", "replica_id_of"]
 
 _MARK = "_distrib_global_batch_dropout"
 _M32 = 0xFFFFFFFF
@@ -173,7 +174,7 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
                 or x.dim() == 0 or (rank is not None and x.dim() != rank)):
             return type(self).forward(self, x)
         return _keyed_dropout(x, float(self.p), bool(self.inplace), channels=rank is not None,
-                              replica_id=_replica_id(strategy))
+                              replica_id=replica_id_of(strategy))
     return forward
 
 
@@ -202,11 +203,11 @@ def _functional_maker(rank: Optional[int]) -> Callable[[Callable[..., torch.Tens
 def _keyed_if_stepping(x: torch.Tensor, p: float, training: bool, inplace: bool,
                        rank: Optional[int]) -> Optional[torch.Tensor]:
     """The keyed dropout of ``x`` in a multi-replica step; None where torch's own applies."""
-    strategy = _stepping_strategy()
+    strategy = stepping_strategy()
     if (strategy is None or not training or type(x) is not torch.Tensor or not 0.0 < p <= 1.0
             or x.dim() == 0 or (rank is not None and x.dim() != rank)):
         return None
-    return _keyed_dropout(x, float(p), bool(inplace), channels=rank is not None, replica_id=_replica_id(strategy))
+    return _keyed_dropout(x, float(p), bool(inplace), channels=rank is not None, replica_id=replica_id_of(strategy))
 
 
 def _alpha_maker(channels: bool) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
@@ -215,11 +216,11 @@ def _alpha_maker(channels: bool) -> Callable[[Callable[..., torch.Tensor]], Call
         def alpha_dropout(input: torch.Tensor, p: float = 0.5, training: bool = False,
                           inplace: bool = False) -> torch.Tensor:
             if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
-                strategy = _stepping_strategy()
+                strategy = stepping_strategy()
                 if (strategy is not None and training and type(input) is torch.Tensor and 0.0 < p <= 1.0
                         and input.numel() > 0 and input.dim() >= (2 if channels else 1)):
                     return _keyed_dropout(input, float(p), bool(inplace), channels=channels,
-                                          replica_id=_replica_id(strategy), alpha=True)
+                                          replica_id=replica_id_of(strategy), alpha=True)
             return original(input, p, training, inplace)
         alpha_dropout.__doc__ = original.__doc__
         return alpha_dropout
@@ -234,7 +235,7 @@ _FUNCTIONAL_MAKERS = {**{name: _functional_maker(rank)
                       "feature_alpha_dropout": _alpha_maker(channels=True)}
 
 
-def _stepping_strategy() -> Optional["Strategy"]:
+def stepping_strategy() -> Optional["Strategy"]:
     """The multi-replica strategy whose step (or scope) is running here and drops globally; else None."""
     ctx = context.get_replica_context()
     strategy = ctx.strategy if ctx is not None else context.current_scope_strategy()
@@ -244,7 +245,8 @@ def _stepping_strategy() -> Optional["Strategy"]:
     return strategy if options is not None and getattr(options, "global_batch_dropout", False) else None
 
 
-def _replica_id(strategy: "Strategy") -> int:
+def replica_id_of(strategy: "Strategy") -> int:
+    """The running replica's id: the step's replica context's, else the strategy's own."""
     ctx = context.get_replica_context()
     return int(ctx.replica_id_in_sync_group) if ctx is not None else int(strategy.replica_id)
 
@@ -335,7 +337,7 @@ def _attention_maker(original: Callable[..., torch.Tensor]) -> Callable[..., tor
             if strategy is not None:
                 validate(_signature(query, key, value, attn_mask), is_causal, scale, enable_gqa)
                 return _keyed_attention(query, key, value, attn_mask, float(dropout_p), is_causal, scale,
-                                        enable_gqa, _replica_id(strategy))
+                                        enable_gqa, replica_id_of(strategy))
         return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     scaled_dot_product_attention.__doc__ = original.__doc__
     return scaled_dot_product_attention
@@ -353,7 +355,7 @@ def _attention_strategy(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     if any(type(t) is not torch.Tensor or t.is_nested for t in tensors):
         return None
-    return _stepping_strategy()
+    return stepping_strategy()
 
 
 _Signature = Tuple[Optional[Tuple[Tuple[int, ...], torch.dtype]], ...]

@@ -59,7 +59,7 @@ import torch
 from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies.batch_norm import all_reduce_sum
-from distrib.strategies.global_dropout import _replica_id, _stepping_strategy, keyed_keep_mask, mix32
+from distrib.strategies.global_dropout import keyed_keep_mask, mix32, replica_id_of, stepping_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -197,7 +197,7 @@ def _keyed_if_stepping(inputs: Any, rate: Any, noise_shape: Any, seed: Any) -> O
         return None
     if not _draws_from_seed(seed, noise_shape) or not 0.0 < float(rate) < 1.0:
         return None  # Keras calls torch.nn.functional.dropout (keyed by global_dropout), or draws nothing
-    strategy = _stepping_strategy()
+    strategy = stepping_strategy()
     if strategy is None:
         return None
     from keras.src.random.seed_generator import draw_seed
@@ -209,7 +209,7 @@ def _keyed_if_stepping(inputs: Any, rate: Any, noise_shape: Any, seed: Any) -> O
     if shape[0] == 1 and rows != 1:
         keep = keyed_keep_mask(shape, 0, float(rate), key, device=inputs.device)
     else:
-        first_row, salt = _global_place(rows, _replica_id(strategy))
+        first_row, salt = _global_place(rows, replica_id_of(strategy))
         keep = keyed_keep_mask(shape, first_row, float(rate), key, salt=salt, device=inputs.device)
     return torch.where(keep.broadcast_to(inputs.shape), inputs / (1.0 - float(rate)), torch.zeros_like(inputs))
 
