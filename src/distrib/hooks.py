@@ -18,7 +18,9 @@ handler functions stay with their concern:
   dropout inside ``scaled_dot_product_attention`` drop by the example's global
   row in a multi-replica step (`distrib.strategies.global_dropout`);
 * `keras_random_override`: Keras 3's seeded dropout on the torch backend
-  does too (`distrib.strategies.keras_global_layers`);
+  does too, and so do the ``normal`` and ``uniform`` draws of its
+  ``GaussianNoise``, ``GaussianDropout`` and ``AlphaDropout`` layers
+  (`distrib.strategies.keras_global_layers`);
 * `install_signal_handler`, `restore_signal_handler`: preemption
   (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
 * `at_exit`: closing a collective, reaping local replicas, shutting a

@@ -41,3 +41,18 @@ def test_nothing_is_said_otherwise(monkeypatch, caplog, elastic, options, strate
     with caplog.at_level(logging.WARNING, logger="distrib.strategies"):
         assert say_if_a_resize_changes_the_result(strategy, options) is None
     assert not caplog.records
+
+
+@pytest.mark.parametrize("options, layers, named", [
+    (None, ["RandomFlip"], "the model's Keras random preprocessing layer RandomFlip makes"),
+    (None, ["RandomFlip", "RandomZoom"], "the model's Keras random preprocessing layers RandomFlip, RandomZoom make"),
+    (CommunicationOptions(global_batch_dropout=False), ["MixUp"],
+     "CommunicationOptions(global_batch_dropout=False) and the model's Keras random preprocessing layer MixUp make"),
+])
+def test_keras_random_layers_are_named_in_the_same_line(monkeypatch, caplog, options, layers, named):
+    monkeypatch.setenv("DISTRIB_ELASTIC", "1")
+    with caplog.at_level(logging.WARNING, logger="distrib.strategies"):
+        line = say_if_a_resize_changes_the_result(_strategy(), options, layers)
+    assert line is not None and f"this job is elastic but {named} each replica's result depend" in line
+    assert [r.getMessage() for r in caplog.records] == [line]
+    assert say_if_a_resize_changes_the_result(_strategy(), None, []) is None  # nothing to name

@@ -58,10 +58,11 @@ class CommunicationOptions:
             each mask element from the example's place in the global batch,
             so the masks do not depend on how many replicas share it
             (`distrib.strategies.global_dropout`; the attention then runs
-            unfused); so do Keras 3's dropout layers, seeded or not
-            (`distrib.strategies.keras_global_layers`). ``False``: torch's
-            and Keras's own dropout (and fused attention kernels) on each
-            replica's rows.
+            unfused); so do Keras 3's dropout layers, seeded or not, and
+            the noise of its ``GaussianNoise``, ``GaussianDropout`` and
+            ``AlphaDropout`` (`distrib.strategies.keras_global_layers`).
+            ``False``: torch's and Keras's own dropout and noise (and fused
+            attention kernels) on each replica's rows.
     """
 
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO

@@ -75,7 +75,7 @@ from distrib.strategies import context
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask",
+__all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask", "keyed_bits",
            "install_functional_dropout", "mix32", "alpha_dropout_with",
            "stepping_strategy", "replica_id_of"]
 
@@ -115,14 +115,18 @@ def _mix32_(x: torch.Tensor) -> torch.Tensor:
     return x.bitwise_xor_(x >> 16)
 
 
-def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
-                    device: Optional[torch.device] = None) -> torch.Tensor:
-    """Boolean keep-mask of ``shape`` (rows first) for global rows ``first_row ..``, a pure function of its inputs.
+def keyed_bits(shape: Sequence[int], first_row: int, key: Tuple[int, int], salt: int = 0,
+               device: Optional[torch.device] = None) -> torch.Tensor:
+    """32-bit hash values (int64) of ``shape`` (rows first) for global rows ``first_row ..``, a pure function.
+
+    Element ``j`` of global row ``i`` hashes its global index ``i * per_row + j``
+    (``per_row = prod(shape[1:])``) with ``key`` (and ``salt``), so a row's
+    values do not depend on which rows are hashed with it. `keyed_keep_mask`
+    thresholds them; `keras_global_layers` makes uniform and normal draws of them.
 
     Args:
-        shape: the mask's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
-        first_row: the global row of the mask's first row.
-        p: the probability of dropping an element.
+        shape: the result's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
+        first_row: the global row of the first row.
         key: two 32-bit words (drawn once per call).
         salt: 0 where rows are global; else a replica's own stream (replica id + 1).
     """
@@ -140,8 +144,24 @@ def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[i
     h = _mix32_(h.bitwise_xor_(key[1]))
     if salt:
         h = _mix32_(h.bitwise_xor_(salt & _M32))
+    return h.reshape(tuple(shape))
+
+
+def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
+                    device: Optional[torch.device] = None) -> torch.Tensor:
+    """Boolean keep-mask of ``shape`` (rows first) for global rows ``first_row ..``, a pure function of its inputs.
+
+    An element is kept where its `keyed_bits` value is at least ``p * 2**32``.
+
+    Args:
+        shape: the mask's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
+        first_row: the global row of the mask's first row.
+        p: the probability of dropping an element.
+        key: two 32-bit words (drawn once per call).
+        salt: 0 where rows are global; else a replica's own stream (replica id + 1).
+    """
     threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
-    return (h >= threshold).reshape(tuple(shape))
+    return keyed_bits(shape, first_row, key, salt=salt, device=device) >= threshold
 
 
 def uses_global_batch_dropout(module: torch.nn.Module) -> bool:

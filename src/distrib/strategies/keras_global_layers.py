@@ -1,8 +1,8 @@
-"""Global-batch Keras 3 layers: BatchNormalization and seeded dropout behave as one process on the global batch.
+"""Global-batch Keras 3 layers: BatchNormalization, seeded dropout and the noise layers behave as one process.
 
 Keras 3 on the torch backend computes its layers with its own ops, not with
 torch's BatchNorm and Dropout modules, so `distrib.strategies.batch_norm` and
-`distrib.strategies.global_dropout` do not reach two of them:
+`distrib.strategies.global_dropout` do not reach these:
 
 * ``keras.layers.BatchNormalization`` takes its training mean and variance
   from ``_moments`` (its ``synchronized=True`` is TensorFlow-only). A layer
@@ -37,9 +37,29 @@ torch's BatchNorm and Dropout modules, so `distrib.strategies.batch_norm` and
   calls ``torch.nn.functional.dropout``, which `global_dropout` covers.
   ``global_batch_dropout=False`` keeps Keras's own draw.
 
-Still share-dependent: ``GaussianNoise``, ``GaussianDropout``,
-``AlphaDropout`` and the random preprocessing layers (draws of the replica's
-shape from ``keras.random``); ``BatchNormalization`` built outside any scope
+* ``GaussianNoise``, ``GaussianDropout`` and ``AlphaDropout`` draw their
+  noise with the backend's ``normal`` (``mean + stddev·z``) and ``uniform``
+  (AlphaDropout keeps a unit where ``u >= rate``, then applies its affine
+  ``a·x + b``) of the replica's shape. In a multi-replica step the draws
+  those layers' ``call`` makes (found by the calling code, so no other
+  caller's draws change) take their seed as Keras does (one step of the
+  layer's ``SeedGenerator`` per call), hash it into a key, and return
+  `keyed_uniform` / `keyed_normal` values of each element's global row:
+  uniforms from the top bits of the hash `keyed_keep_mask` thresholds, and
+  normals by Box-Muller on two such uniforms. They are draws of Keras's
+  distributions, not Keras's own values; Keras's code then computes the
+  layer from them, so ``AlphaDropout`` is Keras's formula on the keyed mask.
+  Keyed only where the draw's first dimension is the batch (the replica's
+  rows, ``k`` times them, or 1 for a noise shape ``(1, ...)``: one draw for
+  the global batch); evaluation draws nothing, and outside a multi-replica
+  step, with ``global_batch_dropout=False`` or another first dimension
+  Keras draws its own.
+
+Still share-dependent: the random preprocessing layers (``RandomFlip``,
+``RandomRotation``, ``RandomCrop``, ``RandomZoom``, ``MixUp``...: draws of
+the replica's shape, not keyed; an elastic job names those in its models, see
+`random_preprocessing_layers`); a subclass of a noise layer with its own
+``call`` that draws itself; ``BatchNormalization`` built outside any scope
 and never given to ``track_module``; a noise shape of ``(1, ...)`` on a
 replica that holds a single row (taken as that row's own mask).
 
@@ -50,22 +70,25 @@ both (``momentum=0.9``, from 0: 0.3).
 """
 from __future__ import annotations
 
+import functools
+import math
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
 
 from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies.batch_norm import all_reduce_sum
-from distrib.strategies.global_dropout import keyed_keep_mask, mix32, replica_id_of, stepping_strategy
+from distrib.strategies.global_dropout import keyed_bits, keyed_keep_mask, mix32, replica_id_of, stepping_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
 __all__ = ["is_keras_layer", "adopt_keras_layer", "use_global_batch_statistics", "uses_global_batch_statistics",
-           "install_keras_dropout", "global_moments"]
+           "install_keras_dropout", "install_keras_noise", "keyed_uniform", "keyed_normal", "global_moments",
+           "random_preprocessing_layers"]
 
 _MARK = "_distrib_global_batch_statistics"
 _M32 = 0xFFFFFFFF
@@ -88,7 +111,8 @@ def adopt_keras_layer(layer: Any, strategy_of: Callable[[], Optional["Strategy"]
         layer: any module; only Keras layers are changed.
         strategy_of: returns the multi-replica strategy, or None (a weak reference).
         sync_batch_norm: switch ``BatchNormalization`` layers to global statistics.
-        global_batch_dropout: make seeded Keras dropout global in multi-replica steps.
+        global_batch_dropout: make seeded Keras dropout and the noise of ``GaussianNoise``,
+            ``GaussianDropout`` and ``AlphaDropout`` global in multi-replica steps.
 
     Returns:
         The statistics variables (as torch tensors) of the batch norm layers
@@ -98,6 +122,7 @@ def adopt_keras_layer(layer: Any, strategy_of: Callable[[], Optional["Strategy"]
         return []
     if global_batch_dropout:
         install_keras_dropout()
+        install_keras_noise()
     if not sync_batch_norm:
         return []
     statistics: List[torch.Tensor] = []
@@ -244,3 +269,200 @@ def _global_place(rows: int, replica_id: int) -> Tuple[int, int]:
     if position is not None and position.rows > 0 and rows > 0 and rows % position.rows == 0:
         return position.first_row * (rows // position.rows), 0
     return 0, replica_id + 1
+
+
+# ---------------------------------------------------------------- noise layers
+def install_keras_noise() -> bool:
+    """Make Keras's ``GaussianNoise``, ``GaussianDropout`` and ``AlphaDropout`` draw by the global row in
+    multi-replica steps; False without Keras on torch.
+
+    Overrides the torch backend's ``normal`` and ``uniform``; only the draws those layers' ``call`` makes
+    are keyed (`_asked_by_noise_layer`), every other caller gets Keras's own.
+    """
+    keras = sys.modules.get("keras")
+    if keras is None or keras.backend.backend() != "torch":
+        return False
+    hooks.keras_random_override("normal", _make_keras_normal)
+    hooks.keras_random_override("uniform", _make_keras_uniform)
+    return True
+
+
+def _make_keras_normal(original: Callable[..., Any]) -> Callable[..., Any]:
+    def normal(shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any = None, seed: Any = None) -> Any:
+        z = _keyed_noise(keyed_normal, shape, dtype, seed, sys._getframe(1))
+        if z is None:
+            return original(shape, mean=mean, stddev=stddev, dtype=dtype, seed=seed)
+        return z * stddev + mean
+    normal.__doc__ = original.__doc__
+    return normal
+
+
+def _make_keras_uniform(original: Callable[..., Any]) -> Callable[..., Any]:
+    def uniform(shape: Any, minval: Any = 0.0, maxval: Any = 1.0, dtype: Any = None, seed: Any = None) -> Any:
+        u = _keyed_noise(keyed_uniform, shape, dtype, seed, sys._getframe(1))
+        if u is None:
+            return original(shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed)
+        return (maxval - minval) * u + minval
+    uniform.__doc__ = original.__doc__
+    return uniform
+
+
+def _keyed_noise(draw: Callable[..., torch.Tensor], shape: Any, dtype: Any, seed: Any,
+                 caller: Any) -> Optional[torch.Tensor]:
+    """``draw``'s keyed values for a noise layer's draw in a multi-replica step; None: Keras's own draw.
+
+    Keyed only where the first dimension is the batch (`_noise_place`), the
+    dtype is floating and the device not ``meta``. The seed is drawn as
+    Keras's own draw would (one ``draw_seed``: a ``SeedGenerator`` advances
+    one step), and only once it is known that the draw is keyed.
+    """
+    if not _asked_by_noise_layer(caller) or len(shape) == 0:
+        return None
+    strategy = stepping_strategy()
+    if strategy is None:
+        return None
+    from keras.src.backend.config import floatx
+    from keras.src.backend.torch.core import get_device, to_torch_dtype
+    from keras.src.random.seed_generator import draw_seed
+
+    torch_dtype = to_torch_dtype(dtype or floatx())
+    device = get_device()
+    if not torch_dtype.is_floating_point or str(device) == "meta":
+        return None
+    dims = tuple(int(d) for d in shape)
+    place = _noise_place(dims[0], replica_id_of(strategy))
+    if place is None:
+        return None
+    key = _key_of(draw_seed(seed).tolist())
+    return draw(dims, place[0], key, salt=place[1], dtype=torch_dtype, device=device)
+
+
+#: Frames from a backend draw up to the layer ``call`` that asked for it: Keras 3.15 calls the backend
+#: directly (``backend.random.normal``, ``ops.random.uniform``); a second allows one wrapper between.
+_CALLER_DEPTH = 2
+
+
+def _asked_by_noise_layer(frame: Any) -> bool:
+    """Whether ``frame`` (a draw's caller) or the one above it is ``GaussianNoise``, ``GaussianDropout`` or
+    ``AlphaDropout``'s ``call`` (a subclass that calls it through ``super()`` too).
+
+    By the calling code, not by the shape: random preprocessing layers and a
+    model's own ``keras.random`` draws of the batch's shape keep Keras's draws.
+    """
+    codes = _noise_layer_codes()
+    for _ in range(_CALLER_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _noise_layer_codes() -> FrozenSet[Any]:
+    layers = sys.modules["keras"].layers
+    return frozenset(cls.call.__code__ for cls in (layers.GaussianNoise, layers.GaussianDropout, layers.AlphaDropout))
+
+
+def _noise_place(rows: int, replica_id: int) -> Optional[Tuple[int, int]]:
+    """``(first global row, salt)`` of a noise draw whose first dimension is ``rows``; None: Keras's own draw.
+
+    ``rows`` that are ``k`` times the replica's rows are ``k`` per example
+    (``TimeDistributed`` folds time into the batch); a first dimension of 1
+    (an ``AlphaDropout`` noise shape ``(1, ...)``) when the replica holds
+    more rows is one draw for the whole global batch; any other size is not
+    the batch. Where the batch's place is unknown the draw is salted with the
+    replica id, so replicas still draw independently.
+
+    Example (6 rows over 3 replicas, replica 1 holds global rows 2 and 3):
+        ``rows=2`` -> ``(2, 0)``; ``rows=4`` (2 per example) -> ``(4, 0)``;
+        ``rows=1`` -> ``(0, 0)``; ``rows=3`` -> None.
+    """
+    if rows <= 0:
+        return None
+    position = batch_position.current()
+    if position is None or position.rows <= 0:
+        return 0, replica_id + 1
+    if rows == 1 and position.rows > 1:
+        return 0, 0
+    if rows % position.rows:
+        return None
+    return position.first_row * (rows // position.rows), 0
+
+
+def _mantissa_bits(dtype: torch.dtype) -> int:
+    """Bits of a uniform in ``[0, 1)`` that ``dtype`` holds exactly (float16 11, bfloat16 8, float32 24; at most 32)."""
+    return min(1 - int(math.log2(torch.finfo(dtype).eps)), 32)
+
+
+def keyed_uniform(shape: Sequence[int], first_row: int, key: Tuple[int, int], salt: int = 0,
+                  dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
+    """Uniform values in ``[0, 1)`` of ``shape`` for global rows ``first_row ..``: the top bits of `keyed_bits`.
+
+    The top ``b`` bits of each element's hash times ``2**-b``, with ``b`` the
+    bits ``dtype`` holds exactly (24 for float32, 32 for float64), so no value
+    rounds up to 1. A pure function of its inputs: the rows of a global batch
+    get the same values whichever replica holds them. Not the values Keras's
+    own ``uniform`` draws: values of the same distribution.
+
+    Example (global rows 2..3 of a 6-row draw):
+        >>> u = keyed_uniform((6, 3), 0, (7, 9))
+        >>> torch.equal(keyed_uniform((2, 3), 2, (7, 9)), u[2:4])
+        True
+    """
+    bits = _mantissa_bits(dtype)
+    h = keyed_bits(shape, first_row, key, salt=salt, device=device)
+    return (h >> (32 - bits)).to(dtype).mul_(2.0 ** -bits)
+
+
+def keyed_normal(shape: Sequence[int], first_row: int, key: Tuple[int, int], salt: int = 0,
+                 dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
+    """Standard normal values of ``shape`` for global rows ``first_row ..``, by Box-Muller on two keyed uniforms.
+
+    ``z = sqrt(-2 ln(1 - u1)) * cos(2 pi u2)``, with ``u1`` and ``u2`` the
+    `keyed_uniform` values of ``key`` and of a second key hashed from it, in
+    float32 (float64 for float64) and cast to ``dtype``. ``1 - u1`` is never 0,
+    so every value is finite: at most about 5.8 in size from float32's 24-bit
+    uniforms (6.7 in float64), a tail of probability below 1e-8 cut off. A pure
+    function of its inputs, like `keyed_uniform`; values of a normal
+    distribution, not Keras's own draws.
+
+    Example:
+        >>> z = keyed_normal((400, 250), 0, (7, 9))
+        >>> abs(z.mean().item()) < 0.01 and abs(z.std().item() - 1) < 0.01
+        True
+    """
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    u1 = keyed_uniform(shape, first_row, key, salt=salt, dtype=work, device=device)
+    u2 = keyed_uniform(shape, first_row, _second_key(key), salt=salt, dtype=work, device=device)
+    radius = torch.log1p(u1.neg_()).mul_(-2.0).sqrt_()
+    return radius.mul_(torch.cos(u2.mul_(2.0 * math.pi))).to(dtype)
+
+
+def _second_key(key: Tuple[int, int]) -> Tuple[int, int]:
+    """Another key hashed from ``key``: Box-Muller's second uniform is independent of the first."""
+    return mix32(key[0] ^ 0x68E31DA4), mix32(key[1] ^ 0xB5297A4D)
+
+
+# ------------------------------------------------------- random preprocessing
+def random_preprocessing_layers(layer: Any) -> List[str]:
+    """Class names (each once) of Keras's random preprocessing layers in ``layer``, itself included.
+
+    Such a layer (``RandomFlip``, ``RandomRotation``, ``RandomCrop``,
+    ``RandomZoom``, ``MixUp``...: a ``keras.src.layers.preprocessing`` class
+    holding a seed generator) draws by the replica's share of the batch,
+    which distrib does not key; `multi_worker.say_if_a_resize_changes_the_result`
+    names them in an elastic job. Empty for anything but a Keras layer.
+    """
+    if not is_keras_layer(layer):
+        return []
+    names: dict = {}
+    for inner in layer._flatten_layers(include_self=True, recursive=True):
+        if getattr(inner, "_seed_generators", None) and _is_preprocessing(type(inner)):
+            names[type(inner).__name__] = None
+    return list(names)
+
+
+def _is_preprocessing(cls: type) -> bool:
+    return any(c.__module__.startswith("keras.src.layers.preprocessing") for c in cls.__mro__)

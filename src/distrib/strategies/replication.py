@@ -18,8 +18,10 @@ Dropout layers drop by each example's place in the global batch
 (`distrib.strategies.global_dropout`), so their masks do not depend on the
 number of replicas. Keras 3 layers are not torch submodules of their model:
 they are adopted when built in the scope (their variables' dict registers) or
-given to `track_module`, and their ``BatchNormalization`` and seeded dropout
-become global-batch too (`distrib.strategies.keras_global_layers`).
+given to `track_module`, and their ``BatchNormalization``, seeded dropout and
+noise layers become global-batch too (`distrib.strategies.keras_global_layers`);
+in an elastic job the random preprocessing layers found in them are named in
+a warning, before the first step.
 
 Example:
     >>> with strategy.scope():
@@ -39,7 +41,7 @@ from distrib import hooks
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
-from distrib.strategies.keras_global_layers import adopt_keras_layer, is_keras_layer
+from distrib.strategies.keras_global_layers import adopt_keras_layer, is_keras_layer, random_preprocessing_layers
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
@@ -74,6 +76,8 @@ class ScopeTracker:
         self._hooks: list = []
         self._forward_hook = None
         self._unaveraged: "List[weakref.ref[torch.Tensor]]" = []
+        self._unsaid: Dict[str, None] = {}  # Keras random layers found and not named yet (in order)
+        self._said: set = set()
 
     @property
     def _replicated(self) -> bool:
@@ -157,6 +161,28 @@ class ScopeTracker:
             statistics = adopt_keras_layer(module, weakref.ref(self._strategy), sync_batch_norm=options.sync_batch_norm,
                                            global_batch_dropout=options.global_batch_dropout)
             self._unaveraged += [weakref.ref(t) for t in statistics]
+            self._note_share_dependent(module)
+
+    def _note_share_dependent(self, layer: torch.nn.Module) -> None:
+        """Note Keras random preprocessing layers in an elastic job, for `_say_share_dependent`."""
+        from distrib.comm.elastic import elastic_enabled
+
+        if elastic_enabled():
+            self._unsaid.update((name, None) for name in random_preprocessing_layers(layer) if name not in self._said)
+
+    def _say_share_dependent(self) -> None:
+        """Name the Keras random layers not named yet in the one-line elastic warning (replica 0).
+
+        Not while a scope is open: Keras builds a model by calling its layers,
+        whose first forward synchronizes before the later layers are found.
+        """
+        if not self._unsaid or self._depth > 0:
+            return
+        from distrib.strategies.multi_worker import say_if_a_resize_changes_the_result
+
+        unsaid, self._unsaid = list(self._unsaid), {}
+        self._said.update(unsaid)
+        say_if_a_resize_changes_the_result(self._strategy, None, unsaid)
 
     def _add_pending(self, module: torch.nn.Module, kind: str, name: str) -> None:
         with self._lock:
@@ -182,7 +208,12 @@ class ScopeTracker:
 
     # -------------------------------------------------------------- sync
     def synchronize(self) -> None:
-        """Broadcast pending tensors from replica 0 and hand parameters to gradient sync."""
+        """Broadcast pending tensors from replica 0 and hand parameters to gradient sync.
+
+        First, in an elastic job, say which Keras random layers adopted since
+        the last call tie the result to the replicas' shares.
+        """
+        self._say_share_dependent()
         with self._lock:
             if not self._pending:
                 return
