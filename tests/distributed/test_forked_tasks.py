@@ -32,6 +32,8 @@ state = {
     "random": random.random(),
 }
 import numpy, torch
+import torch._dynamo.package
+state.update(dynamo_cache=torch._dynamo.package.DynamoCache.path_prefix())
 state.update(numpy=float(numpy.random.rand()), threads=torch.get_num_threads(),
              omp=os.environ["OMP_NUM_THREADS"], torch_seed=torch.initial_seed(), torch_draw=float(torch.rand(1)))
 with open(os.path.join(out, os.environ["DISTRIB_TASK_NAME"].replace(" ", "-") + ".json"), "w") as f:
@@ -65,7 +67,7 @@ def test_a_forked_task_sees_what_a_new_process_sees(write_script, tmp_path):
     assert all(s["ppid"] == os.getpid() for s in fresh)
     for a, b in zip(forked, fresh):
         for key in ("name", "file", "path0", "cwd", "spec", "main_is_here", "stdin", "tf_config",
-                    "task", "sid_is_pid", "omp"):
+                    "task", "sid_is_pid", "omp", "dynamo_cache"):
             assert a[key] == b[key], key
         assert a["argv"] == [b["argv"][0], str(tmp_path / "fork-True")]
         assert a["orig_argv"] == [*b["orig_argv"][:-1], str(tmp_path / "fork-True")]
@@ -152,6 +154,32 @@ def test_the_decision_to_fork(tmp_path):
     assert not can_fork([python, str(script)], base, dict(base, PYTHONPATH="/src"), python=python)
     (tmp_path / "torch").mkdir()  # a new process would import this one
     assert not can_fork([python, str(script)], base, base, python=python)
+
+
+def test_the_decision_to_fork_where_torch_dynamo_fixes_its_cache_directory(tmp_path):
+    # torch._dynamo, preloaded, fixed its cache directory from the server's environment: a task
+    # forks where the directory a new process would fix is the same, set or left to torch's default.
+    import torch._dynamo.package
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    python = sys.executable
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    default = dict(base, TORCHINDUCTOR_CACHE_DIR=default_cache_dir())
+    elsewhere = dict(base, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+
+    def forks(task, server):
+        return can_fork([python, str(script)], task, server, python=python)
+
+    assert torch._dynamo.package.DynamoCache is not None
+    assert forks(base, default) and forks(default, base) and forks(default, default)
+    assert forks(elsewhere, dict(elsewhere, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache") + "/"))
+    assert not forks(elsewhere, base) and not forks(base, elsewhere) and not forks(elsewhere, default)
+    relative = dict(base, TORCHINDUCTOR_CACHE_DIR="cache")  # depends on where the process loads
+    assert not forks(relative, base) and not forks(base, relative)
+    other_tmp = dict(base, TMPDIR=str(tmp_path))  # a differing TMPDIR already refuses; the default is unknown
+    assert not forks(dict(other_tmp, TORCHINDUCTOR_CACHE_DIR=default_cache_dir()), other_tmp)
 
 
 def test_tasks_die_with_their_server_and_are_reported_killed(write_script, tmp_path):

@@ -452,7 +452,7 @@ def random_preprocessing_layers(layer: Any) -> List[str]:
     Such a layer (``RandomFlip``, ``RandomRotation``, ``RandomCrop``,
     ``RandomZoom``, ``MixUp``...: a ``keras.src.layers.preprocessing`` class
     holding a seed generator) draws by the replica's share of the batch,
-    which distrib does not key; `multi_worker.say_if_a_resize_changes_the_result`
+    which distrib does not key; `share_warning.say_if_a_resize_changes_the_result`
     names them in an elastic job. Empty for anything but a Keras layer.
     """
     if not is_keras_layer(layer):

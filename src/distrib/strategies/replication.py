@@ -42,6 +42,7 @@ from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
 from distrib.strategies.keras_global_layers import adopt_keras_layer, is_keras_layer, random_preprocessing_layers
+from distrib.strategies.share_warning import say_if_a_resize_changes_the_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective
@@ -178,8 +179,6 @@ class ScopeTracker:
         """
         if not self._unsaid or self._depth > 0:
             return
-        from distrib.strategies.multi_worker import say_if_a_resize_changes_the_result
-
         unsaid, self._unsaid = list(self._unsaid), {}
         self._said.update(unsaid)
         say_if_a_resize_changes_the_result(self._strategy, None, unsaid)
