@@ -75,6 +75,7 @@ def scenario_fit_in_process() -> None:
     import torch
 
     import distrib
+    from distrib.process.fork_client import ForkedProcess
 
     resolver = distrib.testing.create_in_process_cluster(num_workers=2, num_ps=2)
     strategy, model, dataset_fn, full_mse = _setup(resolver)
@@ -107,11 +108,13 @@ def scenario_fit_in_process() -> None:
         lazy_error = str(exc)
     children = {name: proc.pid for name, proc in resolver.in_process_cluster.procs.items()
                 if proc.poll() is None}
+    forked = sorted(name for name, proc in resolver.in_process_cluster.procs.items()
+                    if isinstance(proc, ForkedProcess))
     print("RESULT " + json.dumps({"loss": history.history["loss"], "mae": history.history["mae"],
                                   "r2": history.history["r2_score"],
                                   "tm_mae": history.history.get("mean_absolute_error"),
                                   "val_loss": history.history.get("val_loss"),
-                                  "epochs": history.epoch, "children": children, "buffers": buffers,
+                                  "epochs": history.epoch, "children": children, "forked": forked, "buffers": buffers,
                                   "executor": executor,
                                   "lazy_error": lazy_error, "eval": evaluated, "final": full_mse(),
                                   "placement": placement, "updates": updates, "no_steps": no_steps}), flush=True)
@@ -203,6 +206,7 @@ def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     assert "needs steps_per_epoch=N" in r["no_steps"], r["no_steps"]
     assert r["lazy_error"].startswith("ParameterServerStrategy: LazyLinear.weight is not initialized"), r
     assert sorted(r["children"]) == ["ps 0", "ps 1", "worker 0", "worker 1"]
+    assert r["forked"] == sorted(r["children"])     # forks of one preloaded server: torch imported once
     deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in r["children"].values()):     # they end with the chief's program
         assert time.monotonic() < deadline, r["children"]

@@ -44,6 +44,7 @@ from distrib.launch.api import launch
 from distrib.launch.layout import ClusterLayout
 from distrib.process.fork_client import FORK_ENV, ForkedProcess, ForkServer, SharedForkServer
 from distrib.process.ports import free_port
+from distrib.process.spawn import start_task
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
 from distrib.testing.child import result_filename, to_jsonable
 
@@ -293,6 +294,22 @@ def start_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, output: IO[b
         return subprocess.Popen(command, env=full_env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     return forked.start(command, full_env, cwd, output=output.fileno())
+
+
+def start_piped_task(command: Sequence[str], env: Mapping[str, str],
+                     cwd: Optional[str] = None) -> Union[subprocess.Popen, ForkedProcess]:
+    """Start a launcher-style task (own session, output and errors on pipes), forked where that is exact.
+
+    A fork of the test process's preloaded server when it starts ``command``
+    as a new process would (`fork_client.can_fork`), else `spawn.start_task`.
+    """
+    forked = _forking_server(command, env, cwd)
+    if forked is not None:
+        try:
+            return forked.start(command, env, cwd)
+        except OSError:
+            pass
+    return start_task(command, env, cwd=cwd)
 
 
 def _python_command(args: Sequence[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]],

@@ -14,7 +14,9 @@ dies), and the calling process is the ``chief``::
 
 The children serve until the chief's strategy ends (the end of the program),
 then exit; their output goes to this process's standard error, each line
-prefixed with the task (``[worker 1] ...``). Functions the chief schedules
+prefixed with the task (``[worker 1] ...``). They are forks of one preloaded
+server (`distrib.testing`'s, which has imported PyTorch once) where that is
+exact, else new processes. Functions the chief schedules
 travel by value, so functions defined in a notebook or ``__main__`` work.
 If no job secret is set, one is made and put in ``os.environ`` (the children
 and this process share it).
@@ -25,18 +27,19 @@ import os
 import subprocess
 import sys
 import threading
-from typing import IO, Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional
 
 from distrib import hooks
 from distrib.cluster.simple import SimpleClusterResolver
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.launch.layout import ClusterLayout, build_cluster, task_environment
 from distrib.launch.ports import reserve_ports
-from distrib.process.spawn import python_command, signal_task, start_task
+from distrib.process.spawn import python_command, signal_task
+from distrib.testing.harness import start_piped_task
 
 __all__ = ["create_in_process_cluster", "InProcessCluster"]
 
-_SERVE = "import distrib; distrib.experimental.ParameterServerStrategy()"
+_SERVE = "distrib.testing.ps_task"
 _CLUSTERS: List["InProcessCluster"] = []
 
 
@@ -48,7 +51,7 @@ class InProcessCluster:
         procs: ``{"worker 0": Popen, ...}``.
     """
 
-    def __init__(self, resolver: SimpleClusterResolver, procs: Dict[str, subprocess.Popen]) -> None:
+    def __init__(self, resolver: SimpleClusterResolver, procs: Dict[str, Any]) -> None:
         self.resolver = resolver
         self.procs = procs
 
@@ -101,12 +104,12 @@ def create_in_process_cluster(num_workers: int = 2, num_ps: int = 2, *, host: st
     base = {**os.environ, **(env or {})}
     if "PYTHONPATH" not in base:
         base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    procs: Dict[str, subprocess.Popen] = {}
+    procs: Dict[str, Any] = {}
     for task in tasks:
         if task.task_type == "chief":
             continue
         task_env = task_environment(base, cluster, task, num_training_tasks=num_workers + 1, restart_count=0)
-        proc = start_task(python_command("-c", [_SERVE]), task_env, cwd=os.getcwd())
+        proc = start_piped_task(python_command(_SERVE, [], module=True), task_env, cwd=os.getcwd())
         procs[task.name] = proc
         for stream in (proc.stdout, proc.stderr):
             threading.Thread(target=_pump, args=(task.name, stream), daemon=True,
