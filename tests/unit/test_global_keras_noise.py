@@ -260,3 +260,29 @@ def test_nothing_is_named_outside_an_elastic_job(monkeypatch, caplog):
         tracker.track_module(keras.Sequential([keras.Input((4, 4, 1)), keras.layers.RandomFlip(seed=1)]))
         tracker.synchronize()
     assert not caplog.records
+
+
+def test_a_checkpoint_carries_the_layers_seed_state_to_a_replacement():
+    # An elastic replacement restores the survivors' snapshot, a Checkpoint's state: the layers' seed
+    # generators must be in it, or the replacement would draw other masks than the worker it replaces.
+    from distrib.checkpoint import Checkpoint
+    from distrib.checkpoint.format import freeze_state, loads_state
+
+    def build():  # as a new process builds it: the same layer names
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(0)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dropout(0.5, seed=3),
+                                 keras.layers.GaussianNoise(0.5, seed=4)])
+
+    x = torch.ones(6, 4)
+    survivor = build()
+    for _ in range(3):
+        survivor(x, training=True)  # each call advances both seed generators
+    sent = bytes(freeze_state(Checkpoint(model=survivor).state_dict()))  # as a survivor keeps and sends it
+    expected = survivor(x, training=True).detach().clone()   # the survivor's next step, after the snapshot
+    snapshot = loads_state(sent)
+    assert any(k.endswith("seed_generator_state") for k in snapshot["model"]), sorted(snapshot["model"])
+    replacement = build()
+    Checkpoint(model=replacement).load_state_dict(snapshot)
+    assert torch.equal(replacement(x, training=True), expected)
+    assert not torch.equal(build()(x, training=True), expected)  # control: without the snapshot's seeds, other noise
