@@ -32,11 +32,12 @@ from distrib.callbacks.backup_and_restore import BackupAndRestore
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import save_state
 
-out_dir, fault_step = sys.argv[1], int(sys.argv[2])
+out_dir, fault_step, fault_rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
 strategy = distrib.MultiWorkerMirroredStrategy()
 rank = strategy.replica_id
-armed = rank == 1 and os.environ.get("DISTRIB_ELASTIC_JOIN") != "1"
+armed = (rank == fault_rank and os.environ.get("DISTRIB_ELASTIC_JOIN") != "1"
+         and os.environ.get("DISTRIB_RESTART_COUNT") == "0")
 with strategy.scope():
     torch.manual_seed(0)
     model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Dropout(0.2), torch.nn.ReLU(),
@@ -72,7 +73,7 @@ def _outputs_of_successful(procs):
     return outputs
 
 
-def _job(tmp_path, name: str, fault_step: int):
+def _job(tmp_path, name: str, fault_step: int, fault_rank: int = 1):
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "train.py"
@@ -83,7 +84,7 @@ def _job(tmp_path, name: str, fault_step: int):
         procs = [hosts.popen(i, [sys.executable, "-m", "distrib", "launch", "--hosts", addresses, "--node-rank",
                                  str(i), "--master-port", str(MASTER_PORT), "--elastic", "--max-restarts", "1",
                                  "--timeout", "400", "--grace-seconds", "2", str(script), str(out),
-                                 str(fault_step)],
+                                 str(fault_step), str(fault_rank)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
                  for i in range(2)]
         outputs = _outputs_of_successful(procs)
@@ -95,6 +96,17 @@ def test_a_worker_killed_on_another_host_is_replaced_there_and_catches_up(tmp_pa
     outputs, finals = _job(tmp_path, "faulty", 5)
     assert "worker 1 was killed by SIGKILL; starting a replacement for it alone" in outputs[1], outputs[1][-3000:]
     assert "generation 1 formed" in outputs[0], outputs[0][-3000:]
+    for weights in finals:
+        assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
+
+
+def test_the_chief_killed_on_its_host_restarts_the_job_on_every_host_from_its_last_backup(tmp_path):
+    """The failure path across hosts: survivors cannot recover without the chief's store, so every node's
+    launcher restarts its tasks, and the job resumes from its last backup with the uninterrupted result."""
+    _, reference = _job(tmp_path, "reference", -1)
+    outputs, finals = _job(tmp_path, "chief-killed", 5, fault_rank=0)
+    assert "worker 0 was killed by SIGKILL" in outputs[0], outputs[0][-3000:]
+    assert "generation 1 formed" not in outputs[0] + outputs[1]
     for weights in finals:
         assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
 
