@@ -45,9 +45,17 @@ with strategy.scope():
     model.compile(optimizer="adam", loss="mse")
 
 
+once = os.path.join(out_dir, "replacement-killed")
+again = (os.environ.get("KILL_THE_REPLACEMENT") == "1" and os.environ.get("DISTRIB_ELASTIC_JOIN") == "1"
+         and not os.path.exists(once))
+
+
 class Fault(Callback):
     def on_train_batch_end(self, batch, logs=None):
         if armed and model.train_loop_state.global_step == fault_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if again:  # the first replacement dies at its first step, as soon as it has caught up
+            open(once, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -73,16 +81,18 @@ def _outputs_of_successful(procs):
     return outputs
 
 
-def _job(tmp_path, name: str, fault_step: int, fault_rank: int = 1):
+def _job(tmp_path, name: str, fault_step: int, fault_rank: int = 1, kill_the_replacement: bool = False):
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", DISTRIB_JOB_SECRET="elastic-multihost-test")
+    env = dict(os.environ, OMP_NUM_THREADS="1", DISTRIB_JOB_SECRET="elastic-multihost-test",
+               KILL_THE_REPLACEMENT=str(int(kill_the_replacement)))
+    restarts = "2" if kill_the_replacement else "1"
     with NamespaceHosts(2) as hosts:
         addresses = ",".join(hosts.address(k) for k in range(2))
         procs = [hosts.popen(i, [sys.executable, "-m", "distrib", "launch", "--hosts", addresses, "--node-rank",
-                                 str(i), "--master-port", str(MASTER_PORT), "--elastic", "--max-restarts", "1",
+                                 str(i), "--master-port", str(MASTER_PORT), "--elastic", "--max-restarts", restarts,
                                  "--timeout", "400", "--grace-seconds", "2", str(script), str(out),
                                  str(fault_step), str(fault_rank)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -96,6 +106,16 @@ def test_a_worker_killed_on_another_host_is_replaced_there_and_catches_up(tmp_pa
     outputs, finals = _job(tmp_path, "faulty", 5)
     assert "worker 1 was killed by SIGKILL; starting a replacement for it alone" in outputs[1], outputs[1][-3000:]
     assert "generation 1 formed" in outputs[0], outputs[0][-3000:]
+    for weights in finals:
+        assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
+
+
+def test_a_replacement_killed_on_its_host_is_replaced_again_and_the_result_is_kept(tmp_path):
+    _, reference = _job(tmp_path, "reference", -1)
+    outputs, finals = _job(tmp_path, "replacement-killed", 5, kill_the_replacement=True)
+    assert (tmp_path / "replacement-killed" / "replacement-killed").exists()
+    assert outputs[1].count("worker 1 was killed by SIGKILL; starting a replacement for it alone") == 2, \
+        outputs[1][-3000:]
     for weights in finals:
         assert weights.keys() == reference[0].keys() and all(weights[k].equal(reference[0][k]) for k in weights)
 
