@@ -3,7 +3,10 @@
 Two hosts (`distrib.testing.netns`), one worker each; the worker on host 1 is
 SIGKILLed at a step; host 1's launcher starts it again alone, it joins the
 chief on host 0 over the network and catches up from the chief's snapshot;
-both end with the weights of the same job run without a fault.
+both end with the weights of the same job run without a fault. The failure
+path across hosts too: a replacement killed as it starts is replaced again;
+the chief killed restarts every node's tasks from the last backup. And a node
+that comes up late joins the running job (``--nnodes 2:3``).
 """
 from __future__ import annotations
 
