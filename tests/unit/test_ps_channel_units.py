@@ -282,3 +282,22 @@ def test_a_workers_exception_comes_back_by_class_name_without_pickle():
         rebuilt = dispatch.rebuild_error(ps_wire.decode(ps_wire.encode(spec)), text_back, "worker 0")
         assert type(rebuilt) is expected_type and str(rebuilt).startswith(text), (rebuilt, text)
         assert "Traceback on worker 0" in str(rebuilt.__cause__)
+
+
+def test_a_scheduled_function_that_arrives_before_the_worker_is_ready_waits_for_it(monkeypatch):
+    # The channel serves as soon as it starts; under load the chief's first call can come before
+    # `serve_worker` made the worker's state. It must wait for the main thread, not fail: it failed
+    # with "IndexError: list index out of range" beside two CPU burners (scripts/stress.sh, run 8).
+    from distrib.strategies.parameter_server import runtime, worker
+
+    class ReadyWorker:
+        def execute(self, defs, payload, hyper):
+            return ("ok", payload, {})
+
+    monkeypatch.setattr(worker, "_STATE", [])
+    future = worker.run_closure([], b"step", {})  # the handler thread, before the state exists
+    assert not future.done()
+    worker._STATE.append(ReadyWorker())            # serve_worker makes it, then the main thread serves
+    work, queued = runtime._MAIN_WORK.get(timeout=5)
+    queued.set_result(work())
+    assert future.wait() == ("ok", b"step", {})

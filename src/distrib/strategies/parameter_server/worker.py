@@ -170,9 +170,14 @@ def error_reply(exc: BaseException) -> Tuple[str, Dict[str, Any], str]:
 
 def run_closure(defs: Sequence[Tuple[int, str, bytes, Tuple[int, ...]]], payload: bytes,
                 hyper: Dict[int, Dict[int, Dict[str, Any]]]) -> torch.futures.Future:
-    """Channel handler: run a scheduled function in this worker's main thread (the reply waits for it)."""
-    state = _STATE[0]
-    return run_on_main_thread(lambda: state.execute(defs, payload, hyper))
+    """Channel handler: run a scheduled function in this worker's main thread (the reply waits for it).
+
+    The worker's state is looked up there, not in this handler thread: the
+    channel serves as soon as it starts, and a call can arrive before
+    `serve_worker` has made the state; the main thread runs the call once it
+    serves, which is after that.
+    """
+    return run_on_main_thread(lambda: _STATE[0].execute(defs, payload, hyper))
 
 
 def refresh_variables(tensors: Sequence[torch.Tensor]) -> None:
