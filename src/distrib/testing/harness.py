@@ -42,7 +42,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, T
 
 from distrib.launch.api import launch
 from distrib.launch.layout import ClusterLayout
-from distrib.process.fork_client import FORK_ENV, ForkedProcess, ForkServer, SharedForkServer
+from distrib.process.fork_client import FORK_ENV, ForkedProcess, ForkServer, SharedForkServer, TaskStarter
 from distrib.process.ports import free_port
 from distrib.process.spawn import start_task
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
@@ -300,16 +300,14 @@ def start_piped_task(command: Sequence[str], env: Mapping[str, str],
                      cwd: Optional[str] = None) -> Union[subprocess.Popen, ForkedProcess]:
     """Start a launcher-style task (own session, output and errors on pipes), forked where that is exact.
 
-    A fork of the test process's preloaded server when it starts ``command``
-    as a new process would (`fork_client.can_fork`), else `spawn.start_task`.
+    As `distrib launch` starts a task (`fork_client.TaskStarter`), from the
+    test process's preloaded server; a new process (`spawn.start_task`) where
+    the caller chose a fork mode itself.
     """
-    forked = _forking_server(command, env, cwd)
-    if forked is not None:
-        try:
-            return forked.start(command, env, cwd)
-        except OSError:
-            pass
-    return start_task(command, env, cwd=cwd)
+    shared = _shared_server(env)
+    if shared is None:
+        return start_task(command, env, cwd=cwd)
+    return TaskStarter(shared=shared).start(command, env, cwd)
 
 
 def _python_command(args: Sequence[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]],
