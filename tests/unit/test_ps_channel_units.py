@@ -243,6 +243,7 @@ def test_a_job_beyond_loopback_without_a_secret_does_not_start(monkeypatch):
         runtime.start()
     line = str(refused.value)
     assert "\n" not in line and "10.255.1.1" in line and "run code" in line
+    assert "DISTRIB_PS_FUNCTIONS=registered on every task sends no code" in line
     assert "DISTRIB_JOB_SECRET_FILE" in line and "Kubernetes Secret" in line and "SLURM" in line
 
 

@@ -20,6 +20,12 @@ Example:
     >>> payload, keys = exporter.export_closure(step_fn, (per_worker_iterator,), {})
     >>> [exporter.definitions[k].kind for k in keys]        # what a fresh worker must install first
     ['module', 'optimizer', 'per_worker', 'per_worker']
+
+With ``closed=True`` (``DISTRIB_PS_FUNCTIONS=registered``) the same tables
+hold messages of the closed encoding instead of pickles: functions by
+registered name, modules by the registered call that built them
+(`distrib.strategies.parameter_server.registered`), and a worker's
+`Importer` with ``registered_only=True`` refuses every pickle.
 """
 from __future__ import annotations
 
@@ -36,6 +42,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import cloudpickle
 import torch
 
+from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
+from distrib.strategies.parameter_server.registered import (MODE_VARIABLE, RegisteredOnlyError, bind_parameters,
+                                                            describe, info_from_wire, info_to_wire, recipe_of,
+                                                            registered_function, registered_name)
 from distrib.strategies.parameter_server.variables import VariableInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +56,8 @@ __all__ = ["Definition", "Exporter", "Importer", "hyper_parameters"]
 log = logging.getLogger("distrib.ps")
 
 _PLAIN = (int, float, str, bytes, bool, type(None), tuple, list, dict)
+_CARRIED = ("tensors, numbers, strings, lists, tuples and dicts of them, and the modules, optimizers, metrics "
+            "and per-worker values created in strategy.scope()")
 _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"],
                                                     sysconfig.get_paths()["purelib"],
                                                     sysconfig.get_paths()["platlib"]})
@@ -93,10 +105,12 @@ class Exporter:
         registry: the `VariableRegistry` (which tensors are variables).
         classify: ``classify(obj) -> kind or None`` for objects other than modules/optimizers.
         on_new_optimizer: called with ``(key, optimizer)`` when an optimizer is first shipped.
+        closed: send registered functions and recipes in the closed encoding, never a pickle.
     """
 
     def __init__(self, strategy: "Strategy", registry: Any, classify: Callable[[Any], Optional[str]],
-                 on_new_optimizer: Callable[[int, torch.optim.Optimizer], None]) -> None:
+                 on_new_optimizer: Callable[[int, torch.optim.Optimizer], None], closed: bool = False) -> None:
+        self.closed = closed
         self._strategy = strategy
         self._registry = registry
         self._classify_extra = classify
@@ -108,12 +122,22 @@ class Exporter:
 
     def export_closure(self, fn: Callable, args: tuple, kwargs: dict) -> Tuple[bytes, List[int]]:
         """``(payload, keys)``: the pickled call and every shared object it needs, dependencies first."""
+        if self.closed:
+            if registered_name(fn) is None:
+                raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: the scheduled "
+                                          f"{describe(fn)} is not registered: decorate it with "
+                                          f"@distrib.coordinator.remote_function at the top level of the "
+                                          f"script, above ParameterServerStrategy(), so workers have it")
+            payload, refs = self._encode((fn, args, kwargs), root=None)
+            return payload, self.closure_of(refs)
         with _by_value(fn):
             payload, refs = self._dumps((fn, args, kwargs), root=None)
         return payload, self.closure_of(refs)
 
     def export_value(self, value: Any) -> Tuple[bytes, Set[int]]:
         """Pickle any value with the same references (used for per-worker recipes)."""
+        if self.closed:
+            return self._encode(value, root=None)
         with _by_value(value if callable(value) else None):
             return self._dumps(value, root=None)
 
@@ -139,6 +163,47 @@ class Exporter:
         buffer = io.BytesIO()
         _Pickler(buffer, lambda o: self._persistent_id(o, root, refs)).dump(obj)
         return buffer.getvalue(), refs
+
+    def _encode(self, obj: Any, root: Any) -> Tuple[bytes, Set[int]]:
+        refs: Set[int] = set()
+        try:
+            payload = ps_wire.encode(obj, reference=lambda o: self._closed_reference(o, root, refs))
+        except ps_wire.WireFormatError as exc:
+            what = str(exc).split(": ", 1)[-1].split(":", 1)[0]
+            raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: a scheduled function's arguments {what} "
+                                      f"(they carry {_CARRIED})") from None
+        return payload, refs
+
+    def _closed_reference(self, obj: Any, root: Any, refs: Set[int]) -> Optional[tuple]:
+        ref = self._persistent_id(obj, root, refs)
+        if ref is not None:
+            return ("param", info_to_wire(ref[1])) if ref[0] == "param" else ref
+        if obj is root or isinstance(obj, torch.Tensor):
+            return None
+        if isinstance(obj, torch.nn.Module):
+            raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: {describe(obj)} has no variables created "
+                                      f"in strategy.scope(), so workers cannot build it: create it in the "
+                                      f"scope with a function decorated @distrib.coordinator.remote_function")
+        if callable(obj) and not isinstance(obj, type):
+            name = registered_name(obj)
+            if name is None:
+                raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: {describe(obj)} is not registered: "
+                                          f"decorate it (or register it) with "
+                                          f"@distrib.coordinator.remote_function so workers can name it")
+            return ("fn", name)
+        return None
+
+    def _closed_definition(self, obj: Any, kind: str) -> Tuple[Any, ...]:
+        if kind == "metric":
+            return ("metric", ps_server.class_name(type(obj)), obj.get_config())
+        recipe = recipe_of(obj)
+        if recipe is None:
+            raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: {describe(obj)} was not built by a "
+                                      f"registered function, so workers cannot build it: build the model in "
+                                      f"a function decorated @distrib.coordinator.remote_function")
+        name, args, kwargs = recipe
+        return ("module", name, tuple(args), dict(kwargs), list(obj.named_parameters(remove_duplicate=False)),
+                list(obj.named_buffers(remove_duplicate=False)))
 
     def _persistent_id(self, obj: Any, root: Any, refs: Set[int]) -> Optional[tuple]:
         if obj is root:
@@ -188,9 +253,17 @@ class Exporter:
                                                                 obj.param_groups)],
                         "name": type(obj).__name__}
                 self._on_new_optimizer(key, obj)
-                self.definitions[key] = Definition(kind, cloudpickle.dumps(spec), ())
+                if self.closed:
+                    for group in spec["groups"]:
+                        group["params"] = [info_to_wire(info) for info in group["params"]]
+                    self.definitions[key] = Definition(kind, ps_wire.encode(spec), ())
+                else:
+                    self.definitions[key] = Definition(kind, cloudpickle.dumps(spec), ())
             elif kind == "per_worker":
                 payload, refs = self.export_value(obj.recipe)
+                self.definitions[key] = Definition(kind, payload, tuple(sorted(refs)))
+            elif self.closed:
+                payload, refs = self._encode(self._closed_definition(obj, kind), root=obj)
                 self.definitions[key] = Definition(kind, payload, tuple(sorted(refs)))
             else:
                 payload, refs = self._dumps(obj, root=obj)
@@ -220,18 +293,22 @@ def _by_value(obj: Any) -> Iterator[None]:
 
 
 class Importer:
-    """Worker side: resolves references while unpickling and keeps the installed objects.
+    """Worker side: resolves references while loading and keeps the installed objects.
 
     Args:
         strategy: the worker's strategy object.
         make_optimizer: ``make_optimizer(key, spec, params_of) -> optimizer`` for optimizer definitions.
         make_per_worker: ``make_per_worker(recipe) -> value`` for per-worker definitions.
+        registered_only: refuse every pickle (``DISTRIB_PS_FUNCTIONS=registered``); messages of the
+            closed encoding are accepted either way.
     """
 
-    def __init__(self, strategy: "Strategy", make_optimizer: Callable, make_per_worker: Callable) -> None:
+    def __init__(self, strategy: "Strategy", make_optimizer: Callable, make_per_worker: Callable,
+                 registered_only: bool = False) -> None:
         self._strategy = strategy
         self._make_optimizer = make_optimizer
         self._make_per_worker = make_per_worker
+        self.registered_only = registered_only
         self.objects: Dict[int, Any] = {}
         self.kinds: Dict[int, str] = {}
         self.vars_of: Dict[int, Set[int]] = {}
@@ -253,12 +330,14 @@ class Importer:
         if key in self.objects:
             return
         if kind == "optimizer":
-            spec = pickle.loads(payload)
+            spec = self._optimizer_spec(payload)
             obj = self._make_optimizer(key, spec, self.param)
             var_ids = {info.var_id for group in spec["groups"] for info in group["params"]}
             keys: Set[int] = set()
         else:
             value, var_ids, keys = self.loads(payload)
+            if ps_wire.is_message(payload):
+                value = self._follow(kind, value)
             obj = self._make_per_worker(value) if kind == "per_worker" else value
         for dep in set(deps) - keys:
             var_ids |= self.vars_of.get(dep, set())
@@ -266,8 +345,17 @@ class Importer:
         self.objects[key], self.kinds[key] = obj, kind
         self.vars_of[key], self.keys_of[key] = var_ids, keys | {key}
 
+    def loads_call(self, payload: bytes) -> Tuple[Tuple[Callable, tuple, dict], Set[int], Set[int]]:
+        """A scheduled call ``(fn, args, kwargs)``, its variables and shared objects (`loads`), checked."""
+        value, var_ids, keys = self.loads(payload)
+        ok = isinstance(value, tuple) and len(value) == 3 and callable(value[0])
+        if not (ok and isinstance(value[1], tuple) and isinstance(value[2], dict)
+                and all(isinstance(k, str) for k in value[2])):
+            raise ps_wire.WireFormatError("parameter-server message: not a scheduled call")
+        return value, var_ids, keys
+
     def loads(self, payload: bytes) -> Tuple[Any, Set[int], Set[int]]:
-        """Unpickle ``payload``: ``(value, variables used, shared objects used)``."""
+        """Load ``payload``: ``(value, variables used, shared objects used)``."""
         var_ids: Set[int] = set()
         keys: Set[int] = set()
 
@@ -280,10 +368,75 @@ class Importer:
             keys.add(pid[1])
             return self.objects[pid[1]]
 
-        unpickler = pickle.Unpickler(io.BytesIO(payload))
-        unpickler.persistent_load = load
-        value = unpickler.load()
+        def resolve(answer: Any) -> Any:
+            kind = answer[0] if isinstance(answer, tuple) and answer else None
+            if answer == ("strategy",):
+                return self._strategy
+            if kind == "param" and len(answer) == 2:
+                info = info_from_wire(answer[1])
+                var_ids.add(info.var_id)
+                return self.param(info)
+            if kind == "obj" and len(answer) == 2 and answer[1] in self.objects:
+                keys.add(answer[1])
+                return self.objects[answer[1]]
+            if kind == "fn" and len(answer) == 2:
+                return registered_function(answer[1])
+            raise ps_wire.WireFormatError(f"parameter-server message: an unknown reference {str(answer)[:80]}")
+
+        if ps_wire.is_message(payload):
+            value = ps_wire.decode(payload, resolve=resolve)
+        else:
+            self._refuse_pickle()
+            unpickler = pickle.Unpickler(io.BytesIO(payload))
+            unpickler.persistent_load = load
+            value = unpickler.load()
         for key in list(keys):
             var_ids |= self.vars_of[key]
             keys |= self.keys_of[key]
         return value, var_ids, keys
+
+    # ------------------------------------------------------------ closed forms
+    def _refuse_pickle(self) -> None:
+        if self.registered_only:
+            raise RegisteredOnlyError(f"this worker runs registered functions only ({MODE_VARIABLE}=registered) "
+                                      f"and refused a pickled one: set {MODE_VARIABLE}=registered on the "
+                                      f"chief too")
+
+    def _optimizer_spec(self, payload: bytes) -> Dict[str, Any]:
+        if not ps_wire.is_message(payload):
+            self._refuse_pickle()
+            return pickle.loads(payload)
+        spec = ps_wire.decode(payload)
+        try:
+            groups = [{"hyper": dict(g["hyper"]), "params": [info_from_wire(i) for i in g["params"]]}
+                      for g in spec["groups"]]
+            if not all(isinstance(k, str) for g in groups for k in g["hyper"]):
+                raise TypeError
+            return {"groups": groups, "name": str(spec["name"])}
+        except (TypeError, KeyError, ValueError):
+            raise ps_wire.WireFormatError("parameter-server message: a malformed optimizer definition") from None
+
+    def _follow(self, kind: str, value: Any) -> Any:
+        """The object a closed definition describes, built with this worker's own code."""
+        head = value[0] if isinstance(value, tuple) and value else None
+        if kind == "per_worker":
+            if head in ("call", "iter", "values", "value") and len(value) == 2:
+                return value
+        elif kind == "module" and head == "module" and len(value) == 6:
+            _, name, args, kwargs, params, buffers = value
+            if isinstance(args, tuple) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs) \
+                    and all(isinstance(p, tuple) and len(p) == 2 for p in list(params) + list(buffers)):
+                with self._strategy.scope():
+                    module = registered_function(name)(*args, **kwargs)
+                return bind_parameters(module, params, buffers, f"the registered function {name!r}")
+        elif kind == "metric" and head == "metric" and len(value) == 3 and isinstance(value[2], dict):
+            from distrib.strategies.interface import StrategyBoundState
+
+            if "dtype" in value[2]:
+                ps_wire.dtype_named(value[2]["dtype"])
+            cls = ps_server.named_class(value[1], StrategyBoundState)
+            with self._strategy.scope():
+                metric = cls.from_config(value[2])
+            metric.distribute_strategy = self._strategy
+            return metric
+        raise ps_wire.WireFormatError(f"parameter-server message: a malformed {kind} definition")

@@ -10,7 +10,10 @@ Every call is authenticated before its bytes are read
 ``DISTRIB_JOB_SECRET`` / ``_FILE``, or this user's per-host secret when the
 chief is on loopback). A job beyond loopback with neither a secret nor
 mutual TLS does not start: shipped functions travel as pickles inside
-authenticated calls, so an open channel would run a stranger's code. Every call has a deadline, and a peer that died
+authenticated calls, so an open channel would run a stranger's code. With
+``DISTRIB_PS_FUNCTIONS=registered`` nothing travels as a pickle
+(`distrib.strategies.parameter_server.registered`), and such a job starts
+after one warning line. Every call has a deadline, and a peer that died
 (even by SIGKILL) fails calls at once (connection refused).
 
 Start-up: every task first meets the others at the chief's ``TF_CONFIG``
@@ -46,6 +49,7 @@ from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.comm.secret import NO_SECRET_ADVICE, cluster_secret, job_secret
 from distrib.strategies.parameter_server.auth import CallAuth
 from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.registered import MODE_VARIABLE, registered_only
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
@@ -55,6 +59,8 @@ log = logging.getLogger("distrib.ps")
 
 _PORT_KEY = "distrib/ps/grpc_port/"
 _EXPOSED = "run code in its tasks"
+_EXPOSED_CLOSED = ("read and change its variables and call the functions it registered (no other code: "
+                   f"{MODE_VARIABLE}=registered)")
 _MAIN_WORK: "queue.Queue[Any]" = queue.Queue()
 _JOINED: list = []
 _STOP = threading.Event()
@@ -146,11 +152,13 @@ class Runtime:
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
         tls = tls_from_env()
-        secret = job_secret() if tls is not None else cluster_secret(host, _EXPOSED)
-        if secret is None and tls is None:
+        closed = registered_only()
+        secret = job_secret() if tls is not None else cluster_secret(host, _EXPOSED_CLOSED if closed else _EXPOSED)
+        if secret is None and tls is None and not closed:
             raise ChannelConfigError(f"parameter-server job without a job secret and its chief {host} is "
                                      f"beyond loopback: anyone who can reach its ports could run code "
-                                     f"in it, so it does not start; {NO_SECRET_ADVICE}")
+                                     f"in it, so it does not start ({MODE_VARIABLE}=registered on every "
+                                     f"task sends no code); {NO_SECRET_ADVICE}")
         auth = CallAuth(secret) if secret else None
         store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
         store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout

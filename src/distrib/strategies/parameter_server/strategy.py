@@ -51,6 +51,7 @@ from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.handlers import role_handlers
 from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
+from distrib.strategies.parameter_server.registered import registered_only
 from distrib.strategies.parameter_server.runtime import Runtime
 from distrib.strategies.parameter_server.serve import serve_forever_and_exit
 from distrib.strategies.parameter_server.variables import VariableRegistry, device_name
@@ -88,6 +89,7 @@ class ParameterServerStrategy(Strategy):
         tune_host_allocator()
         resolver = cluster_resolver if cluster_resolver is not None else resolve_cluster()
         cluster = PSCluster.from_resolver(resolver)
+        closed = registered_only()  # a bad DISTRIB_PS_FUNCTIONS fails before anything starts
         self._resolver = resolver
         self._cluster = cluster
         self._communication_options = communication_options or CommunicationOptions()
@@ -109,7 +111,8 @@ class ParameterServerStrategy(Strategy):
             serve_forever_and_exit(runtime, self)  # a worker or ps task: TF's server.join()
         self._runtime = runtime
         self._registry = VariableRegistry(runtime, cluster.ps_ids, variable_partitioner, self._captures_here)
-        self._exporter = Exporter(self, self._registry, self._classify, self._register_optimizer)
+        self._exporter = Exporter(self, self._registry, self._classify, self._register_optimizer,
+                                  closed=closed)
         self._guard = hooks.optimizer_step_pre_hook(self._refuse_local_step)
         hooks.at_exit(self._shutdown)
 
@@ -281,6 +284,14 @@ class ParameterServerStrategy(Strategy):
         Elsewhere (an evaluator) None: steps run in this process."""
         if self._runtime is None:
             return None
+        if self._exporter is not None and self._exporter.closed:
+            from distrib.strategies.parameter_server.registered import MODE_VARIABLE, RegisteredOnlyError
+
+            raise RegisteredOnlyError(f"Model.fit, evaluate and predict under ParameterServerStrategy send their "
+                                      f"training loop to the workers by value, which {MODE_VARIABLE}=registered "
+                                      f"does not allow: write the loop with coordinator.schedule and registered "
+                                      f"functions (docs/parameter-server.md), or unset {MODE_VARIABLE} and give "
+                                      f"the job a secret")
         from distrib.strategies.parameter_server.coordinator import ClusterCoordinator
 
         return ClusterCoordinator(self)

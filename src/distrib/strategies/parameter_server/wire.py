@@ -10,6 +10,15 @@ bounds the nesting depth, and refuses anything else by name, so bytes from a
 stranger can cost a bounded parse and a `WireFormatError`, never an object
 of their choice (nothing is unpickled, no class is looked up by name).
 
+*References.* ``encode(value, reference=f)`` asks ``f(obj)`` about every
+object that is not a plain value or container; where it answers (with a
+plain value), the object travels as tag ``R`` and that answer.
+``decode(data, resolve=g)`` hands each such answer to ``g`` and puts its
+return value in place; without ``resolve`` a reference is refused. This is
+how scheduled functions travel by registered name
+(`distrib.strategies.parameter_server.registered`): the receiver, not the
+bytes, decides what a name means.
+
 Example:
     >>> import torch
     >>> decode(encode(("read", [torch.arange(3.0)], {"lr": 0.1})))
@@ -23,14 +32,16 @@ Example:
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from distrib.errors import DistribError
 
-__all__ = ["encode", "decode", "WireFormatError", "MAX_DEPTH"]
+__all__ = ["encode", "decode", "is_message", "dtype_named", "WireFormatError", "MAX_DEPTH"]
+
+Reference = Optional[Callable[[Any], Any]]
 
 _MAGIC = b"DPW2"
 MAX_DEPTH = 64
@@ -56,7 +67,7 @@ def _type_name(value: Any) -> str:
 
 
 # ------------------------------------------------------------------ encoding
-def _encode(value: Any, out: List[bytes], depth: int) -> None:
+def _encode(value: Any, out: List[bytes], depth: int, reference: Reference = None) -> None:
     if depth > MAX_DEPTH:
         raise WireFormatError(f"parameter-server message: nested deeper than {MAX_DEPTH} levels")
     if value is None:
@@ -80,12 +91,15 @@ def _encode(value: Any, out: List[bytes], depth: int) -> None:
     elif isinstance(value, (list, tuple)):
         out += [b"l" if isinstance(value, list) else b"t", _U32.pack(len(value))]
         for item in value:
-            _encode(item, out, depth + 1)
+            _encode(item, out, depth + 1, reference)
     elif isinstance(value, dict):
         out += [b"d", _U32.pack(len(value))]
         for key, item in value.items():
-            _encode(key, out, depth + 1)
-            _encode(item, out, depth + 1)
+            _encode(key, out, depth + 1, reference)
+            _encode(item, out, depth + 1, reference)
+    elif reference is not None and (ref := reference(value)) is not None:
+        out.append(b"R")
+        _encode(ref, out, depth + 1)
     elif isinstance(value, torch.Tensor):
         _encode_tensor(value, out)
     elif isinstance(value, np.ndarray) and value.dtype.kind in _NUMPY_KINDS:
@@ -111,11 +125,27 @@ def _encode_tensor(tensor: torch.Tensor, out: List[bytes]) -> None:
             _U32.pack(tensor.dim()), *[_U64.pack(n) for n in tensor.shape], _U64.pack(len(raw)), raw]
 
 
-def encode(value: Any) -> bytes:
-    """``value`` as one message. Raises `WireFormatError` naming a type the channel cannot carry."""
+def encode(value: Any, reference: Reference = None) -> bytes:
+    """``value`` as one message. Raises `WireFormatError` naming a type the channel cannot carry.
+
+    ``reference(obj)``, if given, may answer a plain value for an object to
+    send in its place (see the module's docstring)."""
     out: List[bytes] = [_MAGIC]
-    _encode(value, out, 0)
+    _encode(value, out, 0, reference)
     return b"".join(out)
+
+
+def is_message(data: bytes) -> bool:
+    """Whether ``data`` starts like a message of this encoding (anything else is not decoded here)."""
+    return bytes(data[:len(_MAGIC)]) == _MAGIC
+
+
+def dtype_named(name: Any) -> torch.dtype:
+    """The tensor dtype called ``name`` (``"float32"``), among those the channel carries."""
+    dtype = _DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise WireFormatError(f"parameter-server message: bad tensor dtype {name!r}")
+    return dtype
 
 
 # ------------------------------------------------------------------ decoding
@@ -159,7 +189,7 @@ def _sized(reader: _Reader, shape: Tuple[int, ...], itemsize: int) -> memoryview
     return reader.take(size)
 
 
-def _decode(reader: _Reader, depth: int) -> Any:
+def _decode(reader: _Reader, depth: int, resolve: Reference = None) -> Any:
     if depth > MAX_DEPTH:
         raise WireFormatError(f"parameter-server message: nested deeper than {MAX_DEPTH} levels")
     tag = bytes(reader.take(1))
@@ -185,19 +215,23 @@ def _decode(reader: _Reader, depth: int) -> Any:
     if tag == b"b":
         return bytes(reader.take(reader.unpack(_U64)))
     if tag in (b"l", b"t"):
-        items = [_decode(reader, depth + 1) for _ in range(reader.count(1))]
+        items = [_decode(reader, depth + 1, resolve) for _ in range(reader.count(1))]
         return items if tag == b"l" else tuple(items)
     if tag == b"d":
         out: Dict[Any, Any] = {}
         for _ in range(reader.count(2)):
             key = _decode(reader, depth + 1)
             try:
-                out[key] = _decode(reader, depth + 1)
+                out[key] = _decode(reader, depth + 1, resolve)
             except TypeError:
                 raise WireFormatError("parameter-server message: an unhashable dict key") from None
         return out
     if tag == b"X":
         return _decode_tensor(reader)
+    if tag == b"R":
+        if resolve is None:
+            raise WireFormatError("parameter-server message: a reference where none is expected")
+        return resolve(_decode(reader, depth + 1))
     if tag == b"A":
         dtype_text = bytes(reader.take(min(reader.unpack(_U32), 16))).decode("ascii", "replace")
         try:
@@ -226,12 +260,14 @@ def _decode_tensor(reader: _Reader) -> torch.Tensor:
     return tensor.requires_grad_(True) if grad and (dtype.is_floating_point or dtype.is_complex) else tensor
 
 
-def decode(data: bytes) -> Any:
-    """The value of a message made by `encode`; `WireFormatError` for anything else."""
-    if len(data) < len(_MAGIC) or bytes(data[:len(_MAGIC)]) != _MAGIC:
+def decode(data: bytes, resolve: Reference = None) -> Any:
+    """The value of a message made by `encode`; `WireFormatError` for anything else.
+
+    ``resolve(answer)`` gives the object for each reference (refused without it)."""
+    if len(data) < len(_MAGIC) or not is_message(data):
         raise WireFormatError("parameter-server message: not a distrib message (bad magic)")
     reader = _Reader(data)
-    value = _decode(reader, 0)
+    value = _decode(reader, 0, resolve)
     if reader.pos != len(reader.view):
         raise WireFormatError("parameter-server message: trailing bytes after the value")
     return value

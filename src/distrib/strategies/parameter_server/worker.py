@@ -31,6 +31,7 @@ from distrib.cluster.task import TaskInfo
 from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
 from distrib.strategies.parameter_server.errors import UnavailableError
 from distrib.strategies.parameter_server.pickling import Importer
+from distrib.strategies.parameter_server.registered import registered_only
 from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
 from distrib.utils.nest import map_structure
@@ -93,7 +94,8 @@ class WorkerState:
     def __init__(self, runtime: Any, strategy: "Strategy", worker_index: int) -> None:
         self.runtime = runtime
         self.worker_index = worker_index
-        self.importer = Importer(strategy, self._make_optimizer, self._make_per_worker)
+        self.importer = Importer(strategy, self._make_optimizer, self._make_per_worker,
+                                 registered_only=registered_only())
 
     def _make_optimizer(self, key: int, spec: Dict[str, Any], param: Callable) -> RemoteOptimizer:
         return RemoteOptimizer(key, spec, param, self.runtime)
@@ -119,7 +121,7 @@ class WorkerState:
             imp = self.importer
             for key, kind, data, deps in defs:
                 imp.install(key, kind, data, deps)
-            (fn, args, kwargs), var_ids, keys = imp.loads(payload)
+            (fn, args, kwargs), var_ids, keys = imp.loads_call(payload)
             for key, groups in hyper.items():
                 for index, values in groups.items():
                     imp.objects[key].param_groups[index].update(values)
