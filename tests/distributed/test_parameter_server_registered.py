@@ -166,7 +166,7 @@ def test_registered_functions_train_exactly_as_pickled_ones_and_no_pickle_is_loa
     assert r["lambda"].startswith("RegisteredOnlyError: DISTRIB_PS_FUNCTIONS=registered: the scheduled "
                                   "function scenario_train.<locals>.<lambda> is not registered"), r
     assert "a Linear module was not built by a registered function" in r["unbuilt_module"], r
-    assert "cannot send a object" in r["object_argument"], r
+    assert "cannot send an object" in r["object_argument"], r
     for case in ("pickled_call", "pickled_definition", "pickled_optimizer"):
         assert "RegisteredOnlyError" in r[case] and "refused a pickled one" in r[case], (case, r)
     assert "no function is registered as 'os:system'" in r["unregistered_name"], r

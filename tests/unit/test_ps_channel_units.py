@@ -68,8 +68,8 @@ def test_wire_carries_the_closed_types_and_refuses_others_by_name():
     value = {"n": None, 1: [True, 2, 3.5, "s", b"b", (1 << 70,)], ("k", 2): np.arange(6.0).reshape(2, 3)}
     back = ps_wire.decode(ps_wire.encode(value))
     assert back.keys() == value.keys() and back[1] == value[1] and np.array_equal(back[("k", 2)], value[("k", 2)])
-    for bad, name in [(lambda: 0, "function"), (object(), "object"), ({1, 2}, "set")]:
-        with pytest.raises(ps_wire.WireFormatError, match=f"cannot send a {name}"):
+    for bad, name in [(lambda: 0, "a function"), (object(), "an object"), ({1, 2}, "a set")]:
+        with pytest.raises(ps_wire.WireFormatError, match=f"cannot send {name}"):
             ps_wire.encode(bad)
 
 

@@ -63,7 +63,9 @@ class WireFormatError(DistribError, ValueError):
 
 
 def _type_name(value: Any) -> str:
-    return "function" if callable(value) and not isinstance(value, type) else type(value).__name__
+    """``"a function"``, ``"an object"``: the value's kind with its article."""
+    name = "function" if callable(value) and not isinstance(value, type) else type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 # ------------------------------------------------------------------ encoding
@@ -110,7 +112,7 @@ def _encode(value: Any, out: List[bytes], depth: int, reference: Reference = Non
     elif isinstance(value, (np.generic,)) and value.dtype.kind in _NUMPY_KINDS:
         _encode(value.item(), out, depth)
     else:
-        raise WireFormatError(f"parameter-server message: cannot send a {_type_name(value)}: the channel "
+        raise WireFormatError(f"parameter-server message: cannot send {_type_name(value)}: the channel "
                               f"carries {_CLOSED}")
 
 
