@@ -88,6 +88,31 @@ def _worker_reply(strategy, defs, payload):
     return reply[0] if reply[0] == "ok" else f"{reply[1]['class']}: {reply[1]['args'][0]}"
 
 
+def _pickles_to_every_port(strategy, evil):
+    """A stranger's pickle, without a token, to each task's channel port and to the store's port."""
+    import socket
+
+    import grpc
+
+    from distrib.strategies.parameter_server.transport import METHOD
+
+    answers = {}
+    for task_type in ("chief", "worker", "ps"):
+        address = strategy.channel_address(task_type, 0)
+        with grpc.insecure_channel(address) as channel:
+            try:
+                channel.unary_unary(METHOD)(evil(f"grpc-{task_type}"), timeout=10)
+                answers[task_type] = "ANSWERED"
+            except grpc.RpcError as exc:
+                answers[task_type] = exc.code().name
+        host, _, port = address.rpartition(":")
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as sock:   # not even HTTP/2
+            sock.sendall(b"\x80\x04" + evil(f"raw-{task_type}") * 4)
+    with socket.create_connection(strategy.cluster.chief_address, timeout=10) as sock:        # the store
+        sock.sendall(evil("store") * 4)
+    return answers
+
+
 def scenario_train(out_dir: str) -> None:
     """Train; under registered functions also try what must be refused, then train on."""
     import pickle
@@ -125,6 +150,7 @@ def scenario_train(out_dir: str) -> None:
         refused["pickled_definition"] = _worker_reply(strategy, [(90, "module", evil("module"), ())], os_system)
         refused["pickled_optimizer"] = _worker_reply(strategy, [(91, "optimizer", evil("optimizer"), ())], os_system)
         refused["unregistered_name"] = _worker_reply(strategy, [], os_system)
+        refused["every_port"] = _pickles_to_every_port(strategy, evil)
         more = [coordinator.schedule(train_step, args=(model, optimizer, iterator, loss_mean)) for _ in range(4)]
         out["after"] = [float(r.fetch()["loss"]) for r in more]
         out["markers"] = sorted(os.listdir(out_dir))
@@ -170,6 +196,7 @@ def test_registered_functions_train_exactly_as_pickled_ones_and_no_pickle_is_loa
     for case in ("pickled_call", "pickled_definition", "pickled_optimizer"):
         assert "RegisteredOnlyError" in r[case] and "refused a pickled one" in r[case], (case, r)
     assert "no function is registered as 'os:system'" in r["unregistered_name"], r
+    assert set(r["every_port"].values()) == {"UNAUTHENTICATED"}, r   # this job has a secret: refused unread
     assert registered["markers"] == []                  # nothing was loaded, os.system never ran
     assert pickled["markers"] == ["control"], pickled   # the control: a pickling worker did load it
     assert len(registered["after"]) == 4 and registered["after"][-1] < registered["losses"][0]
@@ -244,6 +271,9 @@ def test_a_secretless_job_across_hosts_runs_with_one_line_and_loads_no_strangers
     for case in ("pickled_call", "pickled_definition", "pickled_optimizer"):
         assert "refused a pickled one" in r["refused"][case], r
     assert "no function is registered as 'os:system'" in r["refused"]["unregistered_name"], r
+    # No secret: the calls are read, and refused as what they are, not a message of the channel.
+    assert set(r["refused"]["every_port"]) == {"chief", "worker", "ps"}, r
+    assert "ANSWERED" not in r["refused"]["every_port"].values(), r
     assert r["markers"] == []
     for _, err in outputs:   # each task says once what is exposed, and that no other code runs
         warned = [x for x in err.splitlines() if "no job secret" in x]
