@@ -25,12 +25,22 @@ def build_model():
     return torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
 
-@remote_function
-def dataset_fn():
+def make_data():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(512, 3, generator=g)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
-    return distrib.data.Dataset.from_tensor_slices((x, y)).shuffle(512, seed=2).repeat().batch(32)
+    return x, x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
+
+
+def dataset_fn(input_context):   # called by the worker's own code below: it need not be registered
+    dataset = distrib.data.Dataset.from_tensor_slices(make_data()).shard(
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return dataset.shuffle(512, seed=2).repeat().batch(input_context.get_per_replica_batch_size(32))
+
+
+@remote_function
+def per_worker_dataset_fn():
+    # On a worker the script's `strategy` is not set (it never left the constructor): ask for it.
+    return distrib.get_strategy().distribute_datasets_from_function(dataset_fn)
 
 
 @remote_function
@@ -51,11 +61,11 @@ with strategy.scope():
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_metric = distrib.metrics.Mean()
-x, y = next(iter(dataset_fn()))
+x, y = make_data()
 with torch.no_grad():
     before = float(((model(x) - y) ** 2).mean())          # the chief's copy: the initial variables
 coordinator = ClusterCoordinator(strategy)
-iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 losses = [coordinator.schedule(train_step, args=(model, optimizer, iterator, loss_metric)) for _ in range(STEPS)]
 coordinator.join()
 print(f"loss {before:.4f} before, {float(losses[-1].fetch()):.4f} after {STEPS} steps "

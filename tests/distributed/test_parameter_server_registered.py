@@ -52,6 +52,11 @@ def train_step(model, optimizer, iterator, loss_mean, scale=1.0):
     return {"loss": loss.detach()}
 
 
+@remote_function
+def which_strategy():
+    return type(distrib.get_strategy()).__name__
+
+
 class _Evil:
     """Unpickling this creates the marker file named by ``path``: proof the bytes were loaded."""
 
@@ -151,6 +156,7 @@ def scenario_train(out_dir: str) -> None:
         refused["pickled_optimizer"] = _worker_reply(strategy, [(91, "optimizer", evil("optimizer"), ())], os_system)
         refused["unregistered_name"] = _worker_reply(strategy, [], os_system)
         refused["every_port"] = _pickles_to_every_port(strategy, evil)
+        out["worker_strategy"] = coordinator.schedule(which_strategy).fetch()
         more = [coordinator.schedule(train_step, args=(model, optimizer, iterator, loss_mean)) for _ in range(4)]
         out["after"] = [float(r.fetch()["loss"]) for r in more]
         out["markers"] = sorted(os.listdir(out_dir))
@@ -198,6 +204,7 @@ def test_registered_functions_train_exactly_as_pickled_ones_and_no_pickle_is_loa
     assert "no function is registered as 'os:system'" in r["unregistered_name"], r
     assert set(r["every_port"].values()) == {"UNAUTHENTICATED"}, r   # this job has a secret: refused unread
     assert registered["markers"] == []                  # nothing was loaded, os.system never ran
+    assert registered["worker_strategy"] == "ParameterServerStrategy"   # distrib.get_strategy() on a worker
     assert pickled["markers"] == ["control"], pickled   # the control: a pickling worker did load it
     assert len(registered["after"]) == 4 and registered["after"][-1] < registered["losses"][0]
     assert "\n" not in r["lambda"] and "\n" not in r["unbuilt_module"]

@@ -336,14 +336,24 @@ class Importer:
             keys: Set[int] = set()
         else:
             value, var_ids, keys = self.loads(payload)
-            if ps_wire.is_message(payload):
-                value = self._follow(kind, value)
-            obj = self._make_per_worker(value) if kind == "per_worker" else value
+            with self.scope_for(payload):
+                if ps_wire.is_message(payload):
+                    value = self._follow(kind, value)
+                obj = self._make_per_worker(value) if kind == "per_worker" else value
         for dep in set(deps) - keys:
             var_ids |= self.vars_of.get(dep, set())
             keys |= self.keys_of.get(dep, set())
         self.objects[key], self.kinds[key] = obj, kind
         self.vars_of[key], self.keys_of[key] = var_ids, keys | {key}
+
+    def scope_for(self, payload: bytes) -> Any:
+        """The worker's strategy scope for running what a closed ``payload`` names, else no scope.
+
+        A registered function cannot read the script's ``strategy`` variable on
+        a worker (the worker never left the strategy's constructor, so it is
+        not set there): ``distrib.get_strategy()`` gives it instead.
+        """
+        return self._strategy.scope() if ps_wire.is_message(payload) else contextlib.nullcontext()
 
     def loads_call(self, payload: bytes) -> Tuple[Tuple[Callable, tuple, dict], Set[int], Set[int]]:
         """A scheduled call ``(fn, args, kwargs)``, its variables and shared objects (`loads`), checked."""
@@ -426,8 +436,7 @@ class Importer:
             _, name, args, kwargs, params, buffers = value
             if isinstance(args, tuple) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs) \
                     and all(isinstance(p, tuple) and len(p) == 2 for p in list(params) + list(buffers)):
-                with self._strategy.scope():
-                    module = registered_function(name)(*args, **kwargs)
+                module = registered_function(name)(*args, **kwargs)
                 return bind_parameters(module, params, buffers, f"the registered function {name!r}")
         elif kind == "metric" and head == "metric" and len(value) == 3 and isinstance(value[2], dict):
             from distrib.strategies.interface import StrategyBoundState
@@ -435,8 +444,7 @@ class Importer:
             if "dtype" in value[2]:
                 ps_wire.dtype_named(value[2]["dtype"])
             cls = ps_server.named_class(value[1], StrategyBoundState)
-            with self._strategy.scope():
-                metric = cls.from_config(value[2])
+            metric = cls.from_config(value[2])
             metric.distribute_strategy = self._strategy
             return metric
         raise ps_wire.WireFormatError(f"parameter-server message: a malformed {kind} definition")

@@ -135,7 +135,8 @@ class WorkerState:
             for key, metric in metrics.items():
                 metric.reset_state()
                 initial[key] = {n: t.clone() for n, t in metric.state_tensors().items()}
-            result = map_structure(_detached, fn(*args, **kwargs))
+            with imp.scope_for(payload):
+                result = map_structure(_detached, fn(*args, **kwargs))
             deltas = {key: {n: (t - initial[key].get(n, _state_start(metric, n))).detach()
                             for n, t in metric.state_tensors().items()}
                       for key, metric in metrics.items()}
