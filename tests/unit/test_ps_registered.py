@@ -100,12 +100,31 @@ def test_the_chief_names_what_it_cannot_send():
     plain = torch.nn.Linear(2, 2)
     with pytest.raises(RegisteredOnlyError, match="a Linear module was not built by a registered function"):
         _exporter(strategy, _Registry(plain)).export_closure(apply, (plain, None), {})
-    with pytest.raises(RegisteredOnlyError, match="a ReLU module has no variables"):
+    with pytest.raises(RegisteredOnlyError, match="a ReLU module was not built by a registered function"):
         exporter.export_closure(apply, (torch.nn.ReLU(), None), {})
     with pytest.raises(RegisteredOnlyError, match="function len is not registered"):
         exporter.export_closure(apply, (model, len), {})
     with pytest.raises(RegisteredOnlyError, match="cannot send a set"):
         exporter.export_closure(apply, (model, {1, 2}), {})
+
+
+def test_a_registered_module_without_variables_travels_by_value():
+    """Built by a registered function outside the scope: the worker builds it and takes the chief's values."""
+    strategy = distrib.get_strategy()
+    frozen = tied_model(2)
+    with torch.no_grad():
+        frozen[0].weight.mul_(3.0)   # changed on the chief after building: the worker gets these values
+    exporter = _exporter(strategy, _Registry())
+    payload, keys = exporter.export_closure(apply, (frozen, torch.tensor([1, 2])), {})
+    importer = _importer(strategy)
+    for key in keys:
+        d = exporter.definitions[key]
+        importer.install(key, d.kind, d.payload, d.deps)
+    (fn, args, kwargs), var_ids, _ = importer.loads_call(payload)
+    assert var_ids == set() and importer.params == {}
+    assert args[0][0].weight is args[0][1].weight and torch.equal(args[0][0].weight, frozen[0].weight)
+    frozen.eval(), args[0].eval()
+    assert torch.equal(fn(*args, **kwargs), apply(frozen, torch.tensor([1, 2])))
 
 
 def test_a_per_worker_dataset_travels_as_its_registered_function():

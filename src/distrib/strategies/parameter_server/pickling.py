@@ -180,10 +180,13 @@ class Exporter:
             return ("param", info_to_wire(ref[1])) if ref[0] == "param" else ref
         if obj is root or isinstance(obj, torch.Tensor):
             return None
+        if isinstance(obj, torch.nn.Module) and recipe_of(obj) is not None:  # built by a registered
+            refs.add(self._define(obj, "module"))                           # function, without variables
+            return ("obj", self._keys[id(obj)])
         if isinstance(obj, torch.nn.Module):
-            raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: {describe(obj)} has no variables created "
-                                      f"in strategy.scope(), so workers cannot build it: create it in the "
-                                      f"scope with a function decorated @distrib.coordinator.remote_function")
+            raise RegisteredOnlyError(f"{MODE_VARIABLE}=registered: {describe(obj)} was not built by a "
+                                      f"registered function, so workers cannot build it: build it in a "
+                                      f"function decorated @distrib.coordinator.remote_function")
         if callable(obj) and not isinstance(obj, type):
             name = registered_name(obj)
             if name is None:

@@ -201,9 +201,8 @@ def bind_parameters(module: torch.nn.Module, params: Sequence[Tuple[str, Any]],
             got = None if current is None else tuple(current.shape)
             raise RegisteredOnlyError(f"{built_by} built a module on this worker whose {name!r} has shape "
                                       f"{got}, not the chief's {tuple(value.shape)}")
-        if isinstance(value, torch.nn.Parameter) or name in own:
-            setattr(target, leaf, value if isinstance(value, torch.nn.Parameter)
-                    else torch.nn.Parameter(value, requires_grad=current.requires_grad))
-        else:
+        if isinstance(value, torch.nn.Parameter):   # a variable: the worker's tensor that steps refill
+            setattr(target, leaf, value)
+        else:                                        # by value (ties the build made stay as they are)
             current.data = value.to(current.dtype)
     return module
