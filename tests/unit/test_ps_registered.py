@@ -194,6 +194,13 @@ def test_a_worker_whose_build_differs_from_the_chiefs_says_which_parameter():
         registered.bind_parameters(tied_model(4), params + [("extra", torch.zeros(1))], [], "f")
 
 
+def test_registering_a_name_again_replaces_the_function():
+    first = remote_function(lambda: 1, name="tests/again")
+    second = remote_function(lambda: 2, name="tests/again")
+    assert registered.registered_function("tests/again")() == 2
+    assert registered.registered_name(first) is None and registered.registered_name(second) == "tests/again"
+
+
 def test_the_mode_is_read_strictly():
     assert registered.registered_only({}) is False
     assert registered.registered_only({"DISTRIB_PS_FUNCTIONS": "pickled"}) is False

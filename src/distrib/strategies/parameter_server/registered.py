@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -56,9 +56,8 @@ MODE_VARIABLE = "DISTRIB_PS_FUNCTIONS"
 _MODES = ("pickled", "registered")
 _RECIPE = "_distrib_recipe"
 MAX_VARIABLE_ELEMENTS = 1 << 40  # a worker allocates a variable's tensor before it reads its value
-_BY_NAME: Dict[str, Callable] = {}
-_NAME_OF: Dict[int, str] = {}
-_KEEP: List[Callable] = []  # the registered originals stay alive, so their ids stay theirs
+_BY_NAME: Dict[str, Tuple[Callable, Callable]] = {}  # name -> (the function, what remote_function returned)
+_NAME_OF: Dict[int, str] = {}  # ids of both; the entries above keep them alive, so the ids stay theirs
 
 
 class RegisteredOnlyError(DistribError, TypeError):
@@ -103,10 +102,10 @@ def remote_function(fn: Optional[Callable] = None, *, name: Optional[str] = None
             result.__dict__[_RECIPE] = (key, args, kwargs)
         return result
 
-    call.__distrib_remote_name__ = key  # type: ignore[attr-defined]
-    _BY_NAME[key] = call
+    for old in _BY_NAME.get(key, ()):
+        _NAME_OF.pop(id(old), None)
+    _BY_NAME[key] = (fn, call)
     _NAME_OF[id(fn)] = _NAME_OF[id(call)] = key
-    _KEEP.extend((fn, call))
     return call
 
 
@@ -117,12 +116,12 @@ def registered_name(fn: Any) -> Optional[str]:
 
 def registered_function(name: Any) -> Callable:
     """The function registered as ``name`` in this process; `RegisteredOnlyError` naming it if none."""
-    fn = _BY_NAME.get(name) if isinstance(name, str) else None
-    if fn is None:
+    entry = _BY_NAME.get(name) if isinstance(name, str) else None
+    if entry is None:
         raise RegisteredOnlyError(f"no function is registered as {name!r} on this worker: decorate it with "
                                   f"@distrib.coordinator.remote_function at the top level of the script, "
                                   f"above ParameterServerStrategy(), or in a module the script imports")
-    return fn
+    return entry[1]
 
 
 def recipe_of(module: torch.nn.Module) -> Optional[Tuple[str, tuple, dict]]:

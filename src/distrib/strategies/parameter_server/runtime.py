@@ -49,8 +49,8 @@ from distrib.comm.rendezvous import connect_store, wait_for_all
 from distrib.comm.secret import NO_SECRET_ADVICE, cluster_secret, job_secret
 from distrib.strategies.parameter_server.auth import CallAuth
 from distrib.strategies.parameter_server.cluster import PSCluster
-from distrib.strategies.parameter_server.registered import MODE_VARIABLE, registered_only
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
+from distrib.strategies.parameter_server.registered import MODE_VARIABLE, registered_only
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
 
 __all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "request_stop", "handler_name"]
