@@ -88,6 +88,15 @@ def remote_function(fn: Optional[Callable] = None, *, name: Optional[str] = None
     torch.nn.functional.mse_loss)``) lets it be passed as an argument.
     Registering a name again replaces the earlier function (a notebook cell
     run twice).
+
+    Example:
+        >>> @remote_function
+        ... def build_model(width):
+        ...     return torch.nn.Linear(3, width)
+        >>> registered_name(build_model)
+        '__main__:build_model'
+        >>> recipe_of(build_model(4))              # how a worker builds its own copy
+        ('__main__:build_model', (4,), {})
     """
     if fn is None:
         return functools.partial(remote_function, name=name)
