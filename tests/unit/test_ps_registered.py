@@ -163,7 +163,7 @@ def test_a_worker_refuses_pickles_and_malformed_references(tmp_path):
 
     with pytest.raises(RegisteredOnlyError, match="no function is registered as 'builtins:eval'"):
         importer.loads_call(call_with(("fn", "builtins:eval")))
-    for answer in [("obj", 99), ("strategy", 1), ("class", "os:system"), ("param", "x"),
+    for answer in [("obj", 99), ("obj", [1]), ("strategy", 1), ("class", "os:system"), ("param", "x"),
                    ("param", (0, [2**20, 2**20, 2**20], "float32", True, [(0, [0, 0], 0, 1)], "")),
                    ("param", (0, [2], "object", True, [(0, [0, 0], 0, 2)], "")),
                    ("param", (-1, [2], "float32", True, [(0, [0, 0], 0, 2)], ""))]:

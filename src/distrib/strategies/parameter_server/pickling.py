@@ -389,7 +389,7 @@ class Importer:
                 info = info_from_wire(answer[1])
                 var_ids.add(info.var_id)
                 return self.param(info)
-            if kind == "obj" and len(answer) == 2 and answer[1] in self.objects:
+            if kind == "obj" and len(answer) == 2 and type(answer[1]) is int and answer[1] in self.objects:
                 keys.add(answer[1])
                 return self.objects[answer[1]]
             if kind == "fn" and len(answer) == 2:
