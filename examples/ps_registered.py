@@ -7,16 +7,16 @@ With ``DISTRIB_PS_FUNCTIONS=registered`` on every task, the chief sends their
 names, the arguments in the closed encoding, and the model as the registered
 call that built it; a worker refuses any pickle (docs/parameter-server.md).
 
-Run:    DISTRIB_PS_FUNCTIONS=registered distrib launch --chief --workers 2 --ps 1 examples/ps_registered.py
+Run:    DISTRIB_PS_FUNCTIONS=registered distrib launch --chief --workers 2 --ps 1 examples/ps_registered.py [STEPS]
 """
-import os
+import sys
 
 import torch
 
 import distrib
 from distrib.coordinator import ClusterCoordinator, remote_function
 
-STEPS = int(os.environ.get("PS_REGISTERED_STEPS", 60))
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
 
 
 @remote_function

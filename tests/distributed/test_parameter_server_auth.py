@@ -19,8 +19,7 @@ import sys
 
 import pytest
 
-from distrib.launch import launch
-from distrib.launch.result import LaunchTimeoutError
+from distrib.testing import run_script
 
 HERE = os.path.abspath(__file__)
 
@@ -36,11 +35,8 @@ class _Evil:
 
 
 def _run(args, env, timeout=240):
-    try:
-        result = launch(HERE, list(args), workers=1, chief=True, ps=1, output="capture", timeout=timeout,
-                        grace_seconds=5, env={"OMP_NUM_THREADS": "1", **env})
-    except LaunchTimeoutError as exc:
-        pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
+    """This file as chief + 1 worker + 1 ps, its tasks forked from the test process's server."""
+    result = run_script(HERE, 1, args=list(args), chief=True, ps=1, timeout=timeout, env=env)
     assert result.returncode == 0, result.output[-6000:]
     lines = [x for x in result.outputs["chief"].splitlines() if x.startswith("RESULT ")]
     assert lines, result.output[-6000:]

@@ -164,16 +164,12 @@ def scenario_train(out_dir: str) -> None:
 
 
 # ------------------------------------------------------------------- tests
-def _run(mode: str, out_dir: str, env=None, timeout=240):
-    from distrib.launch import launch
-    from distrib.launch.result import LaunchTimeoutError
+def _run(mode: str, out_dir: str, timeout=240):
+    """This file's ``train`` scenario as chief + 1 worker + 1 ps, tasks forked from the test's server."""
+    from distrib.testing import run_script
 
-    try:
-        result = launch(HERE, ["train", out_dir], workers=1, chief=True, ps=1, output="capture",
-                        timeout=timeout, grace_seconds=5,
-                        env={"OMP_NUM_THREADS": "1", "DISTRIB_PS_FUNCTIONS": mode, **(env or {})})
-    except LaunchTimeoutError as exc:
-        pytest.fail(f"cluster timed out:\n{exc.result.output[-6000:]}")
+    result = run_script(HERE, 1, args=["train", out_dir], chief=True, ps=1, timeout=timeout,
+                        env={"DISTRIB_PS_FUNCTIONS": mode})
     assert result.returncode == 0, result.output[-6000:]
     lines = [x for x in result.outputs["chief"].splitlines() if x.startswith("RESULT ")]
     assert lines, result.output[-6000:]
@@ -215,12 +211,11 @@ def test_the_example_trains_on_two_workers_with_registered_functions():
     """examples/ps_registered.py, the program of docs/parameter-server.md, as its docstring runs it."""
     import re
 
-    from distrib.launch import launch
+    from distrib.testing import run_script
 
     example = os.path.join(os.path.dirname(HERE), "..", "..", "examples", "ps_registered.py")
-    result = launch(os.path.abspath(example), [], workers=2, chief=True, ps=1, output="capture", timeout=240,
-                    grace_seconds=5, env={"OMP_NUM_THREADS": "1", "DISTRIB_PS_FUNCTIONS": "registered",
-                                          "PS_REGISTERED_STEPS": "40"})
+    result = run_script(os.path.abspath(example), 2, args=["40"], chief=True, ps=1, timeout=240,
+                        env={"DISTRIB_PS_FUNCTIONS": "registered"})
     assert result.returncode == 0, result.output[-6000:]
     found = re.search(r"loss ([\d.]+) before, ([\d.]+) after 40 steps", result.outputs["chief"])
     assert found, result.output[-3000:]
@@ -229,11 +224,12 @@ def test_the_example_trains_on_two_workers_with_registered_functions():
 
 @pytest.mark.timeout(120)
 def test_a_bad_mode_is_one_line_before_anything_starts(tmp_path):
-    env = dict(os.environ, DISTRIB_PS_FUNCTIONS="cloudpickle", OMP_NUM_THREADS="1",
+    from distrib.testing import run_python
+
+    env = dict(os.environ, DISTRIB_PS_FUNCTIONS="cloudpickle",
                TF_CONFIG=json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],
                                                  "ps": ["127.0.0.1:3"]}, "task": {"type": "chief", "index": 0}}))
-    proc = subprocess.run([sys.executable, HERE, "train", str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=100)
+    proc = run_python([HERE, "train", str(tmp_path)], env=env, timeout=100)
     assert proc.returncode != 0
     lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
     assert "DISTRIB_PS_FUNCTIONS='cloudpickle' is not one of pickled, registered" in lines[-1], proc.stderr[-2000:]
