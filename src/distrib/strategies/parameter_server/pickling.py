@@ -438,7 +438,8 @@ class Importer:
         elif kind == "module" and head == "module" and len(value) == 6:
             _, name, args, kwargs, params, buffers = value
             if isinstance(args, tuple) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs) \
-                    and all(isinstance(p, tuple) and len(p) == 2 for p in list(params) + list(buffers)):
+                    and isinstance(params, list) and isinstance(buffers, list) \
+                    and all(isinstance(p, tuple) and len(p) == 2 for p in params + buffers):
                 module = registered_function(name)(*args, **kwargs)
                 return bind_parameters(module, params, buffers, f"the registered function {name!r}")
         elif kind == "metric" and head == "metric" and len(value) == 3 and isinstance(value[2], dict):
