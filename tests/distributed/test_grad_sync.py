@@ -98,6 +98,19 @@ def scenarios():
     _backward(params, rank, use=(1,))
     sync.finish()
     out["refrozen"] = [params[0].grad.tolist(), params[1].grad.tolist()]
+
+    # uneven: only replica 0 has a gradient for the middle parameter (one bucket holds all three);
+    # replica 0 had every gradient and reads no flag, replica 1 reads them: both step it
+    from distrib.testing.host_reads import HostReads
+
+    params = _params(rank)
+    sync = GradientSynchronizer(strategy.collective)
+    sync.add_parameters(params)
+    _backward(params, rank, use=(0, 1, 2) if rank == 0 else (0, 2))
+    with HostReads() as reads:
+        sync.finish()
+    out["uneven"] = [None if p.grad is None else p.grad.tolist() for p in params]
+    out["uneven_reads"] = reads.count
     return out
 
 
@@ -142,3 +155,11 @@ def test_a_refrozen_parameter_keeps_its_local_gradient(results):
     assert [r["refrozen"][0] for r in results] == [[0.0] * 3, [1.0] * 3]
     for res in results:
         assert res["refrozen"][1] == _summed(2, 5)
+
+
+def test_a_gradient_only_one_replica_has_is_summed_on_both_and_complete_replicas_read_nothing(results):
+    """The "had a gradient" flags are read on the host only by a replica that lacked one."""
+    for res in results:
+        assert res["uneven"] == [_summed(1, 3), [2.0] * 5, _summed(3, 2)]  # only replica 0's (1 * 2)
+    assert results[0]["uneven_reads"] == 0
+    assert results[1]["uneven_reads"] > 0

@@ -89,10 +89,58 @@ def test_without_a_gradient_reduction_the_check_falls_back_to_one_control_messag
 def test_values_delivered_before_a_take_are_or_ed_and_taken_once():
     flag = StepFlag()
     assert flag.take() is None
-    flag.deliver(1.0)
-    flag.deliver(0.0)  # a later step of the same execution
+    flag.deliver(torch.tensor([1.0]))
+    flag.deliver(torch.tensor([0.0]))  # a later step of the same execution
     assert flag.take() is True
     assert flag.take() is None
+
+
+def test_delivering_reads_nothing_on_the_host_and_keeps_its_own_copy():
+    from distrib.testing.host_reads import HostReads
+
+    flag, summed = StepFlag(), torch.tensor([1.0])
+    with HostReads() as reads:
+        flag.deliver(summed)
+    summed.fill_(0.0)  # the bucket is reused by the next step
+    assert reads.count == 0
+    assert flag.take() is True
+
+
+def test_a_lagged_flag_answers_from_the_reduction_before_the_newest():
+    """On a GPU `take` must not wait for the step just queued: it answers one reduction late."""
+    flag = StepFlag(lagged=True)
+    answers = []
+    for value in [0.0, 0.0, 1.0, 0.0, 0.0]:
+        flag.deliver(torch.tensor([value]))
+        answers.append(flag.take())
+    assert answers == [None, False, False, True, False]
+    flag.deliver(torch.tensor([1.0]))
+    flag.discard()  # a consumer attaching now: nothing earlier counts
+    flag.deliver(torch.tensor([0.0]))
+    assert flag.take() is None
+
+
+def test_a_lagged_signal_is_agreed_one_step_later_on_every_replica():
+    def replica(strategy):
+        collective = strategy.collective
+        collective._step_flag = StepFlag(lagged=True)  # what a GPU collective's flag does
+        model = _model()
+        sync = GradientSynchronizer(collective)
+        sync.add_parameters(list(model.parameters()))
+        watcher = PreemptionWatcher()
+        decisions = []
+        _step(model, sync, strategy.replica_id, 0)
+        decisions.append(watcher.agreed(_role(strategy)))
+        for step in range(1, 6):
+            if step == 3 and strategy.replica_id == 1:
+                watcher.trigger()
+            _step(model, sync, strategy.replica_id, step)
+            decisions.append(watcher.agreed(_role(strategy)))
+        return decisions
+
+    results = run_workers(replica, REPLICAS)
+    assert results[0] == results[1]
+    assert results[0] == [False, False, False, False, True, True]
 
 
 def test_a_removed_source_no_longer_counts():

@@ -144,7 +144,7 @@ class PreemptionWatcher:
             if self._channel is not None:
                 self._channel.remove_source(self._event.is_set)
             channel.add_source(self._event.is_set)
-            channel.take()  # reductions before this watcher rode along do not count
+            channel.discard()  # reductions before this watcher rode along do not count
             self._channel = channel
         self._buf.fill_(1.0 if flag else 0.0)
         out = collective.control_all_reduce(self._buf, ReduceOp.MAX)

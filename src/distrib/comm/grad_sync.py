@@ -58,7 +58,7 @@ _WIRE_DTYPES = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class _Bucket:
     __slots__ = ("params", "numels", "buffer", "views", "flags", "step_flag", "ready", "pending", "handle",
-                 "dirty", "index")
+                 "dirty", "index", "complete")
 
     def __init__(self, index: int, params: List[torch.nn.Parameter], wire_dtype: Optional[torch.dtype],
                  step_flag: Optional[StepFlag] = None) -> None:
@@ -79,6 +79,7 @@ class _Bucket:
         self.pending = len(params)
         self.handle = None
         self.dirty = False
+        self.complete = False  # every parameter had a gradient here at the last launch
 
 
 class GradientSynchronizer:
@@ -186,19 +187,27 @@ class GradientSynchronizer:
 
     def _launch(self, bucket: _Bucket) -> None:
         with torch.no_grad():
-            for p, view, slot in zip(bucket.params, bucket.views, range(len(bucket.params))):
-                if p.grad is None:
+            present = [p.grad is not None for p in bucket.params]
+            views, grads = [], []
+            for p, view, has in zip(bucket.params, bucket.views, present):
+                if not has:
                     view.zero_()
-                    bucket.flags[slot] = 0
+                elif p.grad.data_ptr() == view.data_ptr():
+                    # The gradient accumulated into last step's bucket view: give the
+                    # parameter its own copy, so a later backward never writes into
+                    # a buffer that is being reduced.
+                    p.grad = view.clone()
                 else:
-                    if p.grad.data_ptr() == view.data_ptr():
-                        # The gradient accumulated into last step's bucket view: give the
-                        # parameter its own copy, so a later backward never writes into
-                        # a buffer that is being reduced.
-                        p.grad = view.clone()
-                    else:
-                        view.copy_(p.grad)
-                    bucket.flags[slot] = 1
+                    views.append(view)
+                    grads.append(p.grad)
+            if views:
+                torch._foreach_copy_(views, grads)  # one launch for the bucket on a GPU
+            bucket.complete = all(present)
+            if bucket.complete:
+                bucket.flags.fill_(1)
+            else:
+                for slot, has in enumerate(present):
+                    bucket.flags[slot] = 1 if has else 0
             if bucket.step_flag is not None:
                 bucket.buffer[-1] = bucket.step_flag.local_value()
         bucket.handle = self._collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
@@ -241,9 +250,11 @@ class GradientSynchronizer:
         Without compression ``p.grad`` becomes a view of the bucket (no copy);
         the next launch copies fresh gradients over it, after the step used it.
         """
-        flags = bucket.flags.tolist()
+        # A replica that had every gradient knows each summed flag is at least 1 without reading
+        # it (the usual step); one that lacked some reads them, and reaches the same decisions.
+        flags = [1] * len(bucket.params) if bucket.complete else bucket.flags.tolist()
         if bucket.step_flag is not None:
-            bucket.step_flag.deliver(float(bucket.buffer[-1]))
+            bucket.step_flag.deliver(bucket.buffer[-1:])
         with torch.no_grad():
             for p, view, flag in zip(bucket.params, bucket.views, flags):
                 if flag <= 0:

@@ -14,26 +14,43 @@ SPMD program), so all of them either take a delivered value or all find none
 (no gradient was reduced since the last `take`: a step without gradients,
 `no_sync`, a second consumer in the same step) and fall back to a collective.
 
+The summed value stays where the reduction left it: the step itself never
+reads it on the host. `take` reads it. On an accelerator that read would wait
+for the step just queued, so there `take` answers from the reduction *before*
+the newest one, which finished long ago (the newest waits for the next
+`take`): the decision comes one step later, on every replica alike. On the
+CPU the reduction is complete when it is delivered, so `take` answers from
+the newest.
+
 Example (2 workers, worker 1 got SIGTERM during step 7's forward pass):
     step 7's last bucket carries [0] from worker 0 and [1] from worker 1;
     after the reduction both see 1, so ``take()`` is True on both and both
-    save at step 7. A signal that lands after worker 1 launched its last
-    bucket is carried by step 8's.
+    save at step 7 (at step 8 on GPUs). A signal that lands after worker 1
+    launched its last bucket is carried by step 8's.
 """
 from __future__ import annotations
 
 import threading
 from typing import Callable, List, Optional
 
+import torch
+
 __all__ = ["StepFlag"]
 
 
 class StepFlag:
-    """One agreed boolean per gradient reduction; see the module docstring."""
+    """One agreed boolean per gradient reduction; see the module docstring.
 
-    def __init__(self) -> None:
+    Args:
+        lagged: answer from the reduction before the newest (default: where reductions are
+            not on the CPU).
+    """
+
+    def __init__(self, lagged: Optional[bool] = None) -> None:
         self._sources: List[Callable[[], bool]] = []
-        self._delivered: Optional[bool] = None
+        self._lagged = lagged  # None: lag on accelerators only
+        self._due: Optional[torch.Tensor] = None  # what `take` answers from
+        self._newest: Optional[torch.Tensor] = None  # lagged: the reduction `take` does not wait for yet
         self._lock = threading.Lock()
 
     def add_source(self, source: Callable[[], bool]) -> None:
@@ -52,15 +69,30 @@ class StepFlag:
             sources = list(self._sources)
         return 1.0 if any(source() for source in sources) else 0.0
 
-    def deliver(self, summed: float) -> None:
-        """The reduced value of a completed step (called by the gradient synchronizer).
+    def deliver(self, summed: torch.Tensor) -> None:
+        """The reduced value of a completed step, a one-element tensor (called by the gradient synchronizer).
 
-        Values delivered before the next `take` are OR-ed: with several steps
-        per execution, a flag raised in any of them is kept.
+        Values delivered before they are taken are OR-ed: with several steps per
+        execution, a flag raised in any of them is kept. Nothing is read on the host here.
         """
-        self._delivered = bool(self._delivered) or summed > 0.0
+        value = summed.detach().reshape(()).clone()
+        lagged = self._lagged if self._lagged is not None else value.device.type != "cpu"
+        if lagged:
+            self._due, self._newest = _either(self._due, self._newest), value
+        else:
+            self._due = _either(self._due, value)
+
+    def discard(self) -> None:
+        """Forget every delivered value (a consumer attaching now does not count earlier reductions)."""
+        self._due = self._newest = None
 
     def take(self) -> Optional[bool]:
-        """The agreed flag of the last reduction not taken yet, or None if there is none."""
-        value, self._delivered = self._delivered, None
-        return value
+        """The agreed flag of the reductions not taken yet (see the module docstring), or None if there is none."""
+        value, self._due = self._due, None
+        return None if value is None else bool(value > 0)
+
+
+def _either(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    if a is None or b is None:
+        return b if a is None else a
+    return torch.maximum(a, b)
