@@ -24,6 +24,7 @@ from typing import Optional, Union
 import torch
 
 from distrib.errors import DistribError
+from distrib.losses.reduction import divide_by_count
 from distrib.strategies.context import get_replica_context, has_strategy, in_cross_replica_context
 from distrib.strategies.default import get_strategy
 
@@ -79,7 +80,7 @@ def compute_average_loss(per_example_loss: torch.Tensor,
         raise ValueError(f"compute_average_loss: global_batch_size must be an integer, got {global_batch_size!r}")
     if global_batch_size <= 0:
         raise ValueError(f"compute_average_loss: global_batch_size must be positive, got {global_batch_size}")
-    return loss.sum() / torch.tensor(global_batch_size, dtype=loss.dtype, device=loss.device)
+    return divide_by_count(loss.sum(), global_batch_size)
 
 
 def _scale_by_sample_weight(loss: torch.Tensor, sample_weight: Union[torch.Tensor, float]) -> torch.Tensor:

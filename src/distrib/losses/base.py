@@ -122,7 +122,7 @@ class Loss:
             return loss
         pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
         local = pred.shape[0] if pred.dim() else 1
-        return loss * (local / global_batch_size)
+        return loss if local == global_batch_size else loss * (local / global_batch_size)
 
     def get_config(self) -> Dict[str, Any]:
         """JSON-serialisable constructor arguments."""

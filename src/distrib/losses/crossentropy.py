@@ -109,9 +109,15 @@ def _sparse_with_mask(y_true: Any, y_pred: Any, from_logits: bool, ignore_class:
     return losses, valid
 
 
+#: No label is this (nll_loss ignores -100 by default; a label of -100 must fail as the gather does).
+_NO_CLASS = -(1 << 63)
+
+
 def _gather_nll(labels: torch.Tensor, pred: torch.Tensor, from_logits: bool, who: str) -> torch.Tensor:
     log_probs = _log_probs(pred, from_logits)
     try:
+        if log_probs.dim() == 2:  # the same values as the gather below, in one kernel
+            return F.nll_loss(log_probs, labels, reduction="none", ignore_index=_NO_CLASS)
         return -log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     except (RuntimeError, IndexError):
         try:

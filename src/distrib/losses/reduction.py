@@ -35,8 +35,8 @@ import torch
 from distrib.errors import DistribError
 from distrib.strategies.context import get_replica_context, is_default_strategy
 
-__all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "apply_sample_weight", "match_ranks",
-           "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model", "MEAN_REDUCTIONS"]
+__all__ = ["Reduction", "standardize_reduction", "reduce_weighted", "divide_by_count", "apply_sample_weight",
+           "match_ranks", "LossReductionError", "check_distributed_reduction", "losses_scaled_by_model", "MEAN_REDUCTIONS"]
 
 
 class LossReductionError(DistribError, ValueError):
@@ -182,6 +182,26 @@ def _mask_weights(mask: torch.Tensor, reduction: Reduction, dtype: torch.dtype) 
     return fmask
 
 
+#: Dtypes in which a count up to `_MAX_EXACT_COUNT` is exact, so dividing by the Python number rounds as
+#: dividing by the count cast to the dtype does (on the CPU, which divides by a scalar; a CUDA kernel
+#: multiplies by its reciprocal instead, which may round differently).
+_EXACT_COUNT_DTYPES = (torch.float32, torch.float64)
+_MAX_EXACT_COUNT = 1 << 24
+
+
+def divide_by_count(total: torch.Tensor, count: int) -> torch.Tensor:
+    """``total / count`` rounded as a division by ``count`` cast to ``total``'s dtype (Keras's
+    ``sum / cast(count, dtype)``), with no host-to-device copy and no extra kernel where that is exact.
+
+    Example:
+        >>> divide_by_count(torch.tensor(3.0), 4)
+        tensor(0.7500)
+    """
+    if total.device.type == "cpu" and total.dtype in _EXACT_COUNT_DTYPES and 0 < count <= _MAX_EXACT_COUNT:
+        return total / count
+    return total / torch.full((), float(count), dtype=total.dtype, device=total.device)
+
+
 def reduce_weighted(values: torch.Tensor, sample_weight: Optional[Any], reduction: Any,
                     mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Weight ``values`` and reduce them as ``reduction`` says (Keras's ``reduce_weighted_values``).
@@ -208,6 +228,8 @@ def reduce_weighted(values: torch.Tensor, sample_weight: Optional[Any], reductio
         return total
     if red is Reduction.MEAN_WITH_SAMPLE_WEIGHT and w is not None:
         divisor = w.sum()
+    elif values.numel() > 0:
+        return divide_by_count(total, values.numel())
     else:
-        divisor = torch.tensor(float(values.numel()), dtype=total.dtype, device=total.device)
+        return total * 0.0
     return torch.where(divisor != 0, total / torch.where(divisor != 0, divisor, 1.0), 0.0)

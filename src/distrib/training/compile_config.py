@@ -101,8 +101,9 @@ class CompiledLoss:
             if self._single is None:
                 raise ValueError("compile(loss=...) is a list/dict but the model returns a single tensor; "
                                  "pass one loss")
+            loss = _global_mean(self._single, y_true, y_pred, sample_weight, global_batch_size)
             weight = 1.0 if self._loss_weights is None else float(_first(self._loss_weights))
-            return _global_mean(self._single, y_true, y_pred, sample_weight, global_batch_size) * weight
+            return loss if weight == 1.0 else loss * weight
         if self._per_output is None:
             self._per_output = self._build(keys)
         if isinstance(y_true, torch.Tensor):

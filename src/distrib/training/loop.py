@@ -47,6 +47,7 @@ from distrib.training.predict_output import concat
 from distrib.training.serialization import to_spec
 from distrib.training.step_executor import executor_for
 from distrib.training.step_loop import PREDICT, TEST, TRAIN, Phase
+from distrib.training.step_plan import StepPlan
 from distrib.utils.pending_restore import PendingRestore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +92,8 @@ class TrainingLoop:
         self.loss_tracker = LossTracker(strategy)
         #: Metric state restored before the metrics were built (applied on the first batch).
         self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
+        #: What this call's steps look up once (`distrib.training.step_plan`); None: resolve at the next step.
+        self.step_plan: Optional[StepPlan] = None
 
     # ----------------------------------------------------------- compile
     @property
@@ -136,6 +139,7 @@ class TrainingLoop:
             self.optimizer, self.torch_optimizer = resolve_optimizer(optimizer, params)
             self.loss_scale_optimizer = step_fns.wrap_for_loss_scaling(self)
         self.loss_tracker = LossTracker(self.strategy)
+        self.step_plan = None
         self.steps_per_execution = steps_per_execution
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
         self.metric_restore.apply(self.apply_metric_state)
@@ -230,7 +234,7 @@ class TrainingLoop:
         state = dict(self.__dict__)
         state.update(callbacks=None, history=None, train_loop_state=TrainLoopState(), optimizer=None,
                      loss_scale_optimizer=None, metric_restore=PendingRestore(),
-                     loss_tracker=LossTracker(self.strategy),
+                     loss_tracker=LossTracker(self.strategy), step_plan=None,
                      compile_args=None if self.compile_args is None else {**self.compile_args, "optimizer": None})
         return state
 
@@ -244,6 +248,7 @@ class TrainingLoop:
         self.check_scope("fit")
         self.require_compiled("fit")
         validate_fit_args(epochs, initial_epoch, steps_per_epoch, validation_freq, validation_split)
+        self.step_plan = None
         executor = executor_for(self)
         with self.strategy.scope(), self._unreplicated_training():
             train, validation = executor.fit_inputs(
@@ -280,6 +285,7 @@ class TrainingLoop:
         self.check_scope("evaluate")
         self.require_compiled("evaluate")
         _check_steps("evaluate", steps)
+        self.step_plan = None
         executor = executor_for(self)
         with self.strategy.scope():
             data = executor.eval_input(x, y, batch_size=batch_size, sample_weight=sample_weight, steps=steps)
@@ -297,6 +303,7 @@ class TrainingLoop:
         """See `distrib.Model.predict` and `distrib.training.predict_output` (runs in this process)."""
         self.check_scope("predict")
         _check_steps("predict", steps)
+        self.step_plan = None
         executor = LocalExecutor(self)
         with self.strategy.scope():
             data = executor.predict_input(x, batch_size=batch_size, steps=steps)

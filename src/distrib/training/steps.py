@@ -16,13 +16,13 @@ caused them.
 """
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
 from distrib.comm.elastic import replaying_before_joining
 from distrib.losses.reduction import losses_scaled_by_model
+from distrib.training.step_plan import StepPlan, plan_for
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,43 +62,28 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _prepare_x(loop: "LoopHost", x: Any) -> Any:
-    device, dtype = _placement(loop)
+def _prepare_x(plan: StepPlan, x: Any) -> Any:
+    device, dtype = plan.device, plan.dtype
 
     def one(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
         if t.device != device:
             t = t.to(device, non_blocking=True)
-        if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        if dtype is not None and t.dtype != dtype and t.is_floating_point():
             t = t.to(dtype)
         return t
-    return map_structure(one, x)
+    return one(x) if isinstance(x, torch.Tensor) else map_structure(one, x)
 
 
-def _to_device(loop: "LoopHost", value: Any) -> Any:
-    device, _ = _placement(loop)
+def _to_device(plan: StepPlan, value: Any) -> Any:
+    device = plan.device
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device, non_blocking=True)
     return map_structure(lambda t: t.to(device, non_blocking=True)
                          if isinstance(t, torch.Tensor) and t.device != device else t, value)
-
-
-def _placement(loop: "LoopHost") -> Tuple[torch.device, Optional[torch.dtype]]:
-    """The device of the module's parameters and its floating dtype (inputs are cast to it)."""
-    device, dtype = loop.strategy.device, None
-    for p in loop.module.parameters():
-        device = p.device
-        if p.is_floating_point():
-            return device, p.dtype
-    return device, dtype
-
-
-def _phase_kwargs(module: Any) -> dict:
-    """``{"training": ...}`` for a Keras 3 layer (its Dropout and BatchNorm ignore ``module.train()``)."""
-    keras = sys.modules.get("keras")
-    layer = getattr(getattr(keras, "layers", None), "Layer", None)
-    if layer is not None and isinstance(module, layer) and getattr(module, "_call_has_training_arg", False):
-        return {"training": bool(module.training)}
-    return {}
 
 
 def call_module(loop: "LoopHost", x: Any) -> Any:
@@ -109,27 +94,28 @@ def call_module(loop: "LoopHost", x: Any) -> Any:
     policy the call runs in ``torch.autocast`` on the parameters' device type
     and floating outputs come back as float32.
     """
-    from distrib.mixed_precision.policy import global_policy
-
-    x = _prepare_x(loop, x)
-    policy = global_policy()
-    if not policy.is_mixed:
-        return _call(loop, x)
-    device, _ = _placement(loop)
-    with torch.autocast(device_type=device.type, dtype=policy.torch_compute_dtype):
-        out = _call(loop, x)
+    plan = plan_for(loop)
+    x = _prepare_x(plan, x)
+    if plan.autocast is None:
+        return _call(loop, plan, x)
+    device_type, dtype = plan.autocast
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        out = _call(loop, plan, x)
     return map_structure(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
                          and t.dtype != torch.float32 else t, out)
 
 
-def _call(loop: "LoopHost", x: Any) -> Any:
-    phase = _phase_kwargs(loop.module)
+def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
+    module = loop.module
+    phase = {"training": bool(module.training)} if plan.takes_training else {}
     try:
+        if isinstance(x, torch.Tensor):
+            return module(x, **phase)
         if isinstance(x, dict):
-            return loop.module(**x, **phase)
+            return module(**x, **phase)
         if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-            return loop.module(*x, **phase)
-        return loop.module(x, **phase)
+            return module(*x, **phase)
+        return module(x, **phase)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         if type(e) not in _INPUT_ERRORS:  # e.g. out of memory, a peer lost: not about the input
             raise
@@ -175,11 +161,12 @@ def train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Ten
 
 
 def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+    plan = plan_for(loop)
     x, y, sw = unpack(data)
-    y, sw = _to_device(loop, y), _to_device(loop, sw)
+    y, sw = _to_device(plan, y), _to_device(plan, sw)
     y_pred = call_module(loop, x)
     loss = _loss(loop, y, y_pred, sw, global_batch_size)
-    scaler = _loss_scaler(loop)
+    scaler = plan.scaler
     if scaler is None:
         loss.backward()
         opt = loop.torch_optimizer
@@ -190,27 +177,10 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not replaying_before_joining(getattr(loop.strategy, "collective", None)):  # an elastic joiner: the members counted these examples
+    if not replaying_before_joining(loop.strategy.collective):  # an elastic joiner: the members counted these
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss
-
-
-def _loss_scaler(loop: "LoopHost") -> Any:
-    """The `LossScaleOptimizer` the step goes through: ``model.optimizer`` when it is one (as Keras
-    makes it under ``mixed_float16``), else one made on first use under ``mixed_float16``, else None."""
-    from distrib.mixed_precision import LossScaleOptimizer, global_policy
-
-    if isinstance(getattr(loop, "optimizer", None), LossScaleOptimizer):
-        return loop.optimizer
-    if not global_policy().needs_loss_scaling:
-        return None
-    opt = loop.torch_optimizer
-    scaler = loop.loss_scale_optimizer
-    if scaler is None or scaler.torch_optimizer is not opt:
-        scaler = LossScaleOptimizer(opt)  # type: ignore[arg-type]
-        loop.loss_scale_optimizer = scaler
-    return scaler
 
 
 def apply_variable_dtype(module: torch.nn.Module) -> None:
@@ -245,8 +215,9 @@ def test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tens
 
 
 def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+    plan = plan_for(loop)
     x, y, sw = unpack(data)
-    y, sw = _to_device(loop, y), _to_device(loop, sw)
+    y, sw = _to_device(plan, y), _to_device(plan, sw)
     with torch.no_grad():
         y_pred = call_module(loop, x)
         loss = _loss(loop, y, y_pred, sw, global_batch_size)
