@@ -40,6 +40,8 @@ _LAZY_ATTRS = {
     "CommunicationImplementation": ("distrib.comm.options", "CommunicationImplementation"),
     "CommunicationOptions": ("distrib.comm.options", "CommunicationOptions"),
     "InputContext": ("distrib.data.input_context", "InputContext"),
+    "InputOptions": ("distrib.data.input_options", "InputOptions"),
+    "InputReplicationMode": ("distrib.data.input_options", "InputReplicationMode"),
     "Strategy": ("distrib.strategies.interface", "Strategy"),
     "get_replica_context": ("distrib.strategies.context", "get_replica_context"),
     "get_strategy": ("distrib.strategies.default", "get_strategy"),

@@ -64,6 +64,8 @@ class TensorTable(Table):
         self._single = isinstance(structure, torch.Tensor)  # strings go through map_leaves
         self._plain_tuple = type(structure) is tuple and all(
             isinstance(x, torch.Tensor) for x in structure)
+        #: Tensors on accelerators are gathered there, with the index copied to their device.
+        self._on_device = any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in self._leaves)
 
     def __len__(self) -> int:
         return self._n
@@ -71,12 +73,26 @@ class TensorTable(Table):
     def gather(self, idx: np.ndarray) -> Any:
         idx = np.ascontiguousarray(idx, dtype=np.int64)
         index = torch.from_numpy(idx)
+        if self._on_device:
+            return self._gather_on_devices(idx, index)
         if self._single:
             return torch.index_select(self._structure, 0, index)
         if self._plain_tuple:
             return tuple(torch.index_select(t, 0, index) for t in self._structure)
         return map_leaves(lambda t: torch.index_select(t, 0, index) if isinstance(t, torch.Tensor)
                           else t[idx], self._structure)
+
+    def _gather_on_devices(self, idx: np.ndarray, index: torch.Tensor) -> Any:
+        """Each tensor's rows gathered on its own device (the index is copied once per device)."""
+        indices = {torch.device("cpu"): index}
+
+        def one(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t[idx]
+            if t.device not in indices:
+                indices[t.device] = index.to(t.device, non_blocking=True)
+            return torch.index_select(t, 0, indices[t.device])
+        return map_leaves(one, self._structure)
 
     def row(self, i: int) -> Any:
         if self._single:

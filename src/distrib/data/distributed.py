@@ -53,6 +53,7 @@ from distrib.comm.elastic import elastic_enabled
 from distrib.data.adapters import as_distributable, as_local
 from distrib.data.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
 from distrib.data.input_context import InputContext, InputHost
+from distrib.data.input_options import InputOptions
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.sharding import Sharding, resharding_limit, shard
 from distrib.data.stream import IterContext, default_seed
@@ -71,13 +72,14 @@ def distribute_dataset(strategy: InputHost, dataset: Any, options: Any = None) -
         dataset: a distrib `Dataset` batched with the global batch size, a torch
             ``DataLoader`` (its ``batch_size`` is the global batch), a torch
             ``Dataset``, tensors/arrays, or a re-iterable of global batches.
-        options: a `distrib.data.Options` overriding the dataset's; other
+        options: a `distrib.InputOptions` (how batches reach the device, how many are read
+            ahead), or a `distrib.data.Options` overriding the dataset's; other
             objects (tf.distribute.InputOptions-like) are accepted and ignored.
     """
     placement = strategy.input_placement()
-    whole = as_distributable(dataset, options)
+    whole = as_distributable(dataset, None if isinstance(options, InputOptions) else options)
     mine, sharding = shard(whole, placement.num_input_pipelines, placement.input_pipeline_id)
-    return DistributedDataset(strategy, mine, sharding, _agreed_seed(strategy))
+    return DistributedDataset(strategy, mine, sharding, _agreed_seed(strategy), _input_options(options))
 
 
 def distribute_from_function(strategy: InputHost, dataset_fn: Callable[[InputContext], Any],
@@ -93,7 +95,11 @@ def distribute_from_function(strategy: InputHost, dataset_fn: Callable[[InputCon
     if result is None:
         raise ValueError("the dataset function returned None: it must return a distrib.data.Dataset, "
                          "a DataLoader or an iterable of per-replica batches")
-    return DistributedDataset(strategy, as_local(result), Sharding.LOCAL, seed)
+    return DistributedDataset(strategy, as_local(result), Sharding.LOCAL, seed, _input_options(options))
+
+
+def _input_options(options: Any) -> InputOptions:
+    return options if isinstance(options, InputOptions) else InputOptions()
 
 
 _RNG_LOCK = threading.Lock()
@@ -120,8 +126,10 @@ class DistributedDataset:
     position waits (a `PendingRestore`) for the next ``iter()``.
     """
 
-    def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int]) -> None:
-        self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed))
+    def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int],
+                 options: Optional[InputOptions] = None) -> None:
+        self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed),
+                                         options or InputOptions())
         why = resharding_limit(sharding)
         if why is not None and elastic_enabled() and strategy.input_placement().num_replicas_in_sync > 1:
             _log.warning("distrib: this job is elastic but its input cannot be resharded if workers join or "

@@ -40,16 +40,19 @@ import torch
 from distrib.data import batch_position
 from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
+from distrib.data.device_stager import DeviceStager
 from distrib.data.dataset import Dataset
 from distrib.data.feeds import EMPTY, FEEDS, Feed
 from distrib.data.input_context import InputHost, InputPlacement
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
+from distrib.data.input_options import InputOptions
+from distrib.data.lookahead import Lookahead
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.sharding import Sharding, resharding_limit
 from distrib.errors import DistribError
 from distrib.data.stream import IterContext
-from distrib.data.structure import (empty_from_spec, loosen_batch, map_leaves, spec_from_json, spec_of,
+from distrib.data.structure import (empty_from_spec, loosen_batch, spec_from_json, spec_of,
                                     spec_to_json)
 
 __all__ = ["DistributedIterator", "DistributedSource", "Ending", "InputReshardError", "Phase", "STATE_VERSION", "check_version"]
@@ -102,20 +105,13 @@ class DistributedSource:
     dataset: Dataset
     sharding: Sharding
     ctx: IterContext = field(compare=False)
+    options: InputOptions = field(default_factory=InputOptions, compare=False)
 
     @property
     def element_spec(self) -> Any:
         """The spec of one replica's batch."""
         spec = self.dataset.element_spec
         return spec if self.sharding is Sharding.LOCAL else loosen_batch(spec)
-
-
-@dataclass
-class _Peek:
-    """The first element, read ahead to agree on the ending, and the feed's state before it."""
-
-    element: Any
-    feed_state: dict
 
 
 class DistributedIterator:
@@ -127,10 +123,12 @@ class DistributedIterator:
         self._collective = host.collective
         device = torch.device(host.device) if host.device is not None else None
         self._device = device if device is not None and device.type != "cpu" else None
+        self._stager = DeviceStager(self._device if source.options.fetches_to_device() else None)
+        self._depth = source.options.buffer_size(self._device)
         self._placement = host.input_placement()
         self._n, self._r = self._placement.num_replicas_in_sync, self._placement.replica_id
-        self._feed = self._make_feed(None)
-        self._peek: Optional[_Peek] = None
+        self._ahead = self._lookahead(self._make_feed(None))
+        self._global_size: Optional[int] = None  # of the last element handed out, where known
         self._spec: Any = None
         self._step = 0
         self._total = UNKNOWN
@@ -141,18 +139,18 @@ class DistributedIterator:
         s = self._source
         return FEEDS[s.sharding](s.dataset, s.ctx, self._placement, state)
 
+    def _lookahead(self, feed: Feed) -> Lookahead:
+        return Lookahead(feed, self._depth, lambda element: self._stager.start(materialize(element)), EMPTY)
+
     def _choose_ending(self) -> Ending:
         if self._n == 1:
             return Ending.NATURAL
         if not self._source.sharding.per_worker:
             return Ending.PER_STEP if self._source.dataset.cardinality() == UNKNOWN else Ending.NATURAL
-        before = self._feed.state()
-        first = self._feed.next()
+        first = self._ahead.peek().element
         if first is not None and first is not EMPTY:
-            first = materialize(first)
-            self._spec = loosen_batch(spec_of(first))
-        self._peek = _Peek(first, before)
-        mine = {"steps": self._feed.steps(), "spec": None if self._spec is None else spec_to_json(self._spec)}
+            self._spec = loosen_batch(spec_of(first.value))
+        mine = {"steps": self._ahead.feed.steps(), "spec": None if self._spec is None else spec_to_json(self._spec)}
         everyone = self._collective.all_gather_json(mine)
         specs = [e["spec"] for e in everyone if e["spec"] is not None]
         if specs and self._spec is None:  # this worker has no data: pad like the others
@@ -164,11 +162,6 @@ class DistributedIterator:
         return Ending.FIXED
 
     # ------------------------------------------------------------- iteration
-    def _read(self) -> Any:
-        if self._peek is not None:
-            element, self._peek = self._peek.element, None
-            return element
-        return self._feed.next()
 
     def _finish(self) -> None:
         self._phase = Phase.FINISHED
@@ -184,7 +177,8 @@ class DistributedIterator:
         ending = self._ending
         if ending is Ending.FIXED and self._total != INFINITE and self._step >= self._total:
             return self._finish()
-        element = self._read() if self._phase is Phase.READING else None
+        read = self._ahead.next() if self._phase is Phase.READING else None
+        element = None if read is None else read.element
         if element is None:
             self._phase = Phase.PADDING
             if ending is Ending.NATURAL:
@@ -192,14 +186,17 @@ class DistributedIterator:
         if ending is Ending.PER_STEP and not self._collective.agree_any(element is not None):
             return self._finish()
         self._step += 1
-        value = self._padding() if element is None or element is EMPTY else materialize(element)
+        if element is None or element is EMPTY:
+            value = self._padding()
+            if self._spec is None:
+                self._spec = loosen_batch(spec_of(value))
+            return value if self._device is None else self._stager.finish(self._stager.start(value))
+        value = self._stager.finish(element)
         if self._spec is None:
             self._spec = loosen_batch(spec_of(value))
-        if self._device is not None:
-            value = map_leaves(lambda t: t.to(self._device, non_blocking=True)
-                               if isinstance(t, torch.Tensor) else t, value)
-        first_row = self._feed.first_row
-        if element is not None and element is not EMPTY and first_row is not None and self._n > 1:
+        self._global_size = read.global_size  # type: ignore[union-attr]
+        first_row = read.first_row  # type: ignore[union-attr]
+        if first_row is not None and self._n > 1:
             batch_position.note(value, first_row)  # where this replica's rows sit in the global batch
         return value
 
@@ -209,9 +206,10 @@ class DistributedIterator:
         if why is not None:
             raise InputReshardError(f"the job changed from {self._n} to {placement.num_replicas_in_sync} "
                                     f"replicas but this input cannot be resharded: {why}")
+        self._ahead.rewind(self._make_feed)  # what was read ahead was split for the old placement
         self._placement = placement
         self._n, self._r = placement.num_replicas_in_sync, placement.replica_id
-        self._feed.reshard(placement)
+        self._ahead.feed.reshard(placement)
 
     def _padding(self) -> Any:
         if self._spec is None:
@@ -246,7 +244,7 @@ class DistributedIterator:
         the replicas' rows are summed, a collective every replica makes.
         """
         batch = next(self)
-        planned = self._feed.global_size if self._ending is Ending.NATURAL and self._peek is None else None
+        planned = self._global_size if self._ending is Ending.NATURAL else None
         return batch, global_batch_size(batch, planned, self._collective, self._n)
 
     @property
@@ -276,7 +274,7 @@ class DistributedIterator:
         is collected, so this is a collective call that every worker must make
         (``gather=False`` returns this worker's part only).
         """
-        feed_state = self._peek.feed_state if self._peek is not None else self._feed.state()
+        feed_state = self._ahead.state()
         local = {"feed": feed_state, "local_done": self._phase is not Phase.READING}
         workers = [local]
         if self._source.sharding.per_worker and self._n > 1 and gather:
@@ -306,8 +304,7 @@ class DistributedIterator:
                 _log.info("input position saved with %d replicas restored onto %d: the global "
                           "sequence of examples continues unchanged, each batch now split %d ways",
                           saved_n, self._n, self._n)
-        self._feed = self._make_feed(mine["feed"])
-        self._peek = None
+        self._ahead = self._lookahead(self._make_feed(mine["feed"]))
         self._step, self._total = int(state["step"]), int(state["total"])
         self._phase = (Phase.FINISHED if state["finished"] else
                        Phase.PADDING if mine["local_done"] else Phase.READING)
