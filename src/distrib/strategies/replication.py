@@ -1,12 +1,14 @@
 """What `Strategy.scope()` does to modules: placement, initial sync, gradient sync.
 
 While a scope is open, every parameter and buffer registered by any module
-constructor in this thread is captured: it is created on the strategy's
-device, and — on a multi-replica strategy — marked *pending*. Pending tensors
-are broadcast from replica 0 (the chief's) before they are first used: when
-the scope closes, when `Strategy.run` starts, or at the first module forward,
+constructor in this thread is captured and marked *pending*. Pending tensors
+are moved to the strategy's device and (on a multi-replica strategy)
+broadcast from replica 0 (the chief's) before they are first used: when the
+scope closes, when `Strategy.run` starts, or at the first module forward,
 whichever comes first, so every replica starts from identical weights whatever
-it seeded its RNG with. Parameters that require gradients are then handed to
+it seeded its RNG with — and from the weights the same seed gives on the CPU
+(a constructor initialises its parameters after registering them, so moving
+them at registration would draw them from the GPU's generator). Parameters that require gradients are then handed to
 the strategy's `GradientSynchronizer`, which sums their gradients across
 replicas before any optimizer steps them (frozen ones included: they are
 summed from the step they are unfrozen). Non-trainable floating state
@@ -90,7 +92,7 @@ class ScopeTracker:
         """The strategy's ``scope()``: current strategy, capture while the outermost is open, sync on leaving.
 
         Scopes nest; leaving restores the previous strategy. Parameters and
-        buffers registered inside are placed on the strategy's device and (with
+        buffers registered inside are moved to the strategy's device and (with
         several replicas) made identical on every replica when the outermost
         scope closes or the first `run`/forward needs them.
         """
@@ -123,25 +125,39 @@ class ScopeTracker:
     def _captures_here(self) -> bool:
         return context.current_scope_strategy() is self._strategy and context.in_cross_replica_context()
 
-    def _place(self, tensor: torch.Tensor) -> torch.Tensor:
-        device = self._strategy.device
-        return tensor if tensor.device == device else tensor.to(device)
-
     def _on_parameter(self, module: torch.nn.Module, name: str, param):
-        if param is None or not self._captures_here():
-            return None
-        self._add_pending(module, "param", name)
-        if param.device != self._strategy.device and not isinstance(param, torch.nn.parameter.UninitializedParameter):
-            return torch.nn.Parameter(self._place(param.data), requires_grad=param.requires_grad)
+        if param is not None and self._captures_here():
+            self._add_pending(module, "param", name)
         return None
 
     def _on_buffer(self, module: torch.nn.Module, name: str, buffer):
-        if buffer is None or not self._captures_here():
-            return None
-        self._add_pending(module, "buffer", name)
-        if buffer.device != self._strategy.device:
-            return self._place(buffer)
+        if buffer is not None and self._captures_here():
+            self._add_pending(module, "buffer", name)
         return None
+
+    def _place(self, module: torch.nn.Module, kind: str, name: str, t: torch.Tensor) -> torch.Tensor:
+        """Move a captured tensor to the strategy's device (a parameter keeps its identity: optimizers
+        made in the scope hold it).
+
+        A constructor registers a parameter *before* it initialises it, so it is
+        left where the constructor made it until first needed: initialised by the
+        same generator as without a strategy, a module has the same initial weights
+        on a GPU as on the CPU (the values `module.to(device)` would give).
+        """
+        device = self._strategy.device
+        if t.device == device or isinstance(t, torch.nn.parameter.UninitializedParameter):
+            return t
+        with torch.no_grad():
+            moved = t.detach().to(device)
+        if kind == "buffer":
+            module._buffers[name] = moved
+            return moved
+        if torch._has_compatible_shallow_copy_type(t, moved):  # CPU -> CUDA: what module.to() does
+            t.data = moved
+            return t
+        param = torch.nn.Parameter(moved, requires_grad=t.requires_grad)  # e.g. meta: a new parameter
+        module._parameters[name] = param
+        return param
 
     def _on_submodule(self, parent: torch.nn.Module, name: str, module):
         if module is not None and self._captures_here():
@@ -186,7 +202,8 @@ class ScopeTracker:
     def _add_pending(self, module: torch.nn.Module, kind: str, name: str) -> None:
         with self._lock:
             self._pending.append((weakref.ref(module), kind, name))
-            if self._replicated and self._forward_hook is None:
+            moves = self._strategy.device.type != "cpu"
+            if (self._replicated or moves) and self._forward_hook is None:
                 self._forward_hook = hooks.module_forward_pre_hook(self._on_first_forward)
 
     def _on_first_forward(self, module, args):
@@ -232,6 +249,7 @@ class ScopeTracker:
             t = (mod._parameters if kind == "param" else mod._buffers).get(name)
             if t is None or id(t) in seen or isinstance(t, torch.nn.parameter.UninitializedParameter):
                 continue
+            t = self._place(mod, kind, name, t)
             seen.add(id(t))
             tensors.append(t)
             if kind == "param" and id(t) not in self._tracked_param_ids:
