@@ -92,7 +92,7 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
                 ("optimizer", "loss", "metrics", "loss_weights")}
         if args["optimizer"] is None:
             args["optimizer"] = "rmsprop"
-        model.compile(**args)
+        model.compile(**args, jit_compile=spec.get("jit_compile") is True)
         if state.get("optimizer") is not None and not skip:
             model.torch_optimizer.load_state_dict(state["optimizer"])
     model.train_loop_state.global_step = int(config.get("global_step", 0))

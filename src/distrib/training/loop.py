@@ -27,6 +27,7 @@ Example (the loop without the facade; callbacks then see the loop as ``self.mode
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
@@ -40,6 +41,7 @@ from distrib.training.eval_loop import run_evaluation, run_predict
 from distrib.training.fit_data import validate_fit_args
 from distrib.training.fit_loop import run_fit
 from distrib.training.global_logs import global_logs
+from distrib.training.jit import JitForward, resolve_jit_compile
 from distrib.training.local_executor import LocalExecutor
 from distrib.training.loop_state import TrainLoopState
 from distrib.training.loss_tracker import LossTracker
@@ -94,6 +96,8 @@ class TrainingLoop:
         self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
         #: What this call's steps look up once (`distrib.training.step_plan`); None: resolve at the next step.
         self.step_plan: Optional[StepPlan] = None
+        #: The compiled forward pass and loss (``compile(jit_compile=True)``), or None: eager.
+        self.jit: Optional[JitForward] = None
 
     # ----------------------------------------------------------- compile
     @property
@@ -122,9 +126,10 @@ class TrainingLoop:
         return ["loss"] + [name for _, name, _ in entries]
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None, loss_weights: Any = None,
-                steps_per_execution: int = 1) -> None:
+                steps_per_execution: int = 1, jit_compile: Any = "auto", run_eagerly: bool = False) -> None:
         """See `distrib.Model.compile`."""
         self.check_scope("compile")
+        jit = resolve_jit_compile(jit_compile) and not run_eagerly
         if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int) \
                 or steps_per_execution < 1:
             raise ValueError(f"compile(steps_per_execution=...) must be a positive int, got {steps_per_execution!r}")
@@ -140,15 +145,19 @@ class TrainingLoop:
             self.loss_scale_optimizer = step_fns.wrap_for_loss_scaling(self)
         self.loss_tracker = LossTracker(self.strategy)
         self.step_plan = None
+        self.jit = JitForward(self.name, partial(step_fns.forward_and_loss, self)) if jit else None
         self.steps_per_execution = steps_per_execution
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
+        if jit:
+            self.compile_args["jit_compile"] = True
         self.metric_restore.apply(self.apply_metric_state)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
         """The compile arguments as JSON specs (see `distrib.training.serialization`)."""
         if self.compile_args is None:
             return None
-        return {k: to_spec(v, f"compile({k}=...)") for k, v in self.compile_args.items()}
+        return {k: v if k == "jit_compile" else to_spec(v, f"compile({k}=...)")
+                for k, v in self.compile_args.items()}
 
     def check_scope(self, what: str) -> None:
         """Raise if ``model.<what>()`` runs under another strategy's scope, or alone in a multi-worker job."""
@@ -234,7 +243,7 @@ class TrainingLoop:
         state = dict(self.__dict__)
         state.update(callbacks=None, history=None, train_loop_state=TrainLoopState(), optimizer=None,
                      loss_scale_optimizer=None, metric_restore=PendingRestore(),
-                     loss_tracker=LossTracker(self.strategy), step_plan=None,
+                     loss_tracker=LossTracker(self.strategy), step_plan=None, jit=None,
                      compile_args=None if self.compile_args is None else {**self.compile_args, "optimizer": None})
         return state
 

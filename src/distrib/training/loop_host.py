@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.training.loop_state import TrainLoopState
     from distrib.training.loss_tracker import LossTracker
     from distrib.training.step_loop import Phase
+    from distrib.training.jit import JitForward
     from distrib.training.step_plan import StepPlan
     from distrib.utils.pending_restore import PendingRestore
 
@@ -41,6 +42,7 @@ class LoopHost(Protocol):
     train_loop_state: "TrainLoopState"
     steps_per_execution: int
     step_plan: Optional["StepPlan"]
+    jit: Optional["JitForward"]
     log_every: Optional[int]
     stop_training: bool
     history: Any

@@ -209,7 +209,8 @@ class Model:
 
     # -------------------------------------------------------------- compile
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
-                loss_weights: Any = None, steps_per_execution: int = 1) -> None:
+                loss_weights: Any = None, steps_per_execution: int = 1, jit_compile: Any = "auto",
+                run_eagerly: bool = False) -> None:
         """Configure the model for training (Keras's ``Model.compile``).
 
         Args:
@@ -225,9 +226,15 @@ class Model:
                 callbacks (``on_*_batch_begin`` gets the first step's index,
                 ``on_*_batch_end`` the last's), as in Keras. The steps
                 themselves and the trained weights do not change.
+            jit_compile: True compiles each step's forward pass and loss with
+                ``torch.compile`` (see `distrib.training.jit`; where it cannot be one
+                graph, one warning line and the step runs eagerly); ``"auto"``
+                (the default) and False run eagerly, as Keras's torch backend does.
+            run_eagerly: True runs eagerly whatever ``jit_compile`` says.
         """
         self._loop.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights,
-                           steps_per_execution=steps_per_execution)
+                           steps_per_execution=steps_per_execution, jit_compile=jit_compile,
+                           run_eagerly=run_eagerly)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
         """The compile arguments as JSON specs (see `distrib.training.serialization`)."""

@@ -16,6 +16,7 @@ caused them.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
@@ -28,7 +29,7 @@ from distrib.utils.nest import flatten, map_structure
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.training.loop_host import LoopHost
 
-__all__ = ["unpack", "call_module", "train_step", "test_step", "predict_step", "regularization_loss",
+__all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step", "predict_step", "regularization_loss",
            "wrap_for_loss_scaling", "apply_variable_dtype"]
 
 
@@ -95,7 +96,10 @@ def call_module(loop: "LoopHost", x: Any) -> Any:
     and floating outputs come back as float32.
     """
     plan = plan_for(loop)
-    x = _prepare_x(plan, x)
+    return _call_with_policy(loop, plan, _prepare_x(plan, x))
+
+
+def _call_with_policy(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
     if plan.autocast is None:
         return _call(loop, plan, x)
     device_type, dtype = plan.autocast
@@ -160,12 +164,26 @@ def train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Ten
         return _train_step(loop, data, global_batch_size)
 
 
+def forward_and_loss(loop: "LoopHost", x: Any, y: Any, sw: Any,
+                     global_batch_size: int) -> Tuple[Any, torch.Tensor]:
+    """``(module(x), loss)`` of inputs already on the device: what ``jit_compile=True`` compiles."""
+    y_pred = _call_with_policy(loop, loop.step_plan or plan_for(loop), x)
+    return y_pred, _loss(loop, y, y_pred, sw, global_batch_size)
+
+
+def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
+                      global_batch_size: int) -> Tuple[Any, Any, Any, torch.Tensor]:
+    """``(y, sample_weight, y_pred, loss)`` of a batch, compiled where the model asked for it."""
+    x, y, sw = unpack(data)
+    x, y, sw = _prepare_x(plan, x), _to_device(plan, y), _to_device(plan, sw)
+    run = loop.jit if loop.jit is not None else partial(forward_and_loss, loop)
+    y_pred, loss = run(x, y, sw, global_batch_size)
+    return y, sw, y_pred, loss
+
+
 def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
-    x, y, sw = unpack(data)
-    y, sw = _to_device(plan, y), _to_device(plan, sw)
-    y_pred = call_module(loop, x)
-    loss = _loss(loop, y, y_pred, sw, global_batch_size)
+    y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
     scaler = plan.scaler
     if scaler is None:
         loss.backward()
@@ -216,11 +234,8 @@ def test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tens
 
 def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
-    x, y, sw = unpack(data)
-    y, sw = _to_device(plan, y), _to_device(plan, sw)
     with torch.no_grad():
-        y_pred = call_module(loop, x)
-        loss = _loss(loop, y, y_pred, sw, global_batch_size)
+        y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
     loop.loss_tracker.update(loss, global_batch_size)
     _update_metrics(loop, y, y_pred, sw)
     return loss
