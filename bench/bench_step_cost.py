@@ -21,16 +21,22 @@ round*:
 * ``distrib_fit``: ``distrib.Model.fit`` on arrays with distrib's Keras-rule
   ``Adam``; ``distrib_fit_torch_adam``: the same with ``torch.optim.Adam``
   (the plain loop's optimizer: framework overhead only);
-  ``distrib_fit_acc``: with ``metrics=["accuracy"]``;
-* ``keras_fit`` / ``keras_fit_acc``: Keras 3's own ``fit`` on the torch
-  backend (``KERAS_BACKEND=torch``), the peer to beat;
+  ``distrib_fit_acc``: with ``metrics=["accuracy"]``; ``distrib_fit_spe8``:
+  ``steps_per_execution=8``; ``distrib_fit_jit``: ``jit_compile=True``
+  (``torch.compile``, inductor; compiling happens in the left-out steps);
+* ``keras_fit`` / ``keras_fit_acc`` / ``keras_fit_jit``: Keras 3's own ``fit``
+  on the torch backend (``KERAS_BACKEND=torch``), the peer to beat;
 * ``lightning``: PyTorch Lightning's ``Trainer.fit`` over a ``DataLoader``.
 
 Systems whose package is missing are skipped with a note. To compare source
 trees (before/after a change) in one invocation pass ``--src`` several times
 (e.g. ``--src /tmp/before/src --src src``): the distrib rows run once per tree.
 
-Run: ``python bench/bench_step_cost.py [--rounds 3] [--only torch_loop,distrib_fit] [--src DIR ...]``
+With ``--counts`` two machine-independent columns are added: Python calls
+and torch operator calls per step (each operator is about one kernel launch
+on a GPU), counted in a separate run of each system.
+
+Run: ``python bench/bench_step_cost.py [--rounds 3] [--counts] [--only torch_loop,distrib_fit] [--src DIR ...]``
 """
 from __future__ import annotations
 
@@ -44,8 +50,11 @@ import time
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 10, 32
 SYSTEMS = ["torch_loop", "distrib_ctl", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc",
-           "keras_fit", "keras_fit_acc", "lightning"]
-USES_DISTRIB = {"distrib_ctl", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc"}
+           "distrib_fit_spe8", "distrib_fit_jit", "keras_fit", "keras_fit_acc", "keras_fit_jit", "lightning"]
+USES_DISTRIB = {"distrib_ctl", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc", "distrib_fit_spe8",
+                "distrib_fit_jit"}
+#: Steps between two timestamps (the batch-end hook runs once per execution).
+STEPS_PER_STAMP = {"distrib_fit_spe8": 8}
 
 
 def _data(torch, steps):
@@ -110,7 +119,7 @@ def distrib_ctl(steps, epochs):
     return stamps
 
 
-def _distrib_fit(steps, epochs, optimizer, metrics):
+def _distrib_fit(steps, epochs, optimizer, metrics, **compile_kwargs):
     import torch
 
     import distrib
@@ -127,7 +136,7 @@ def _distrib_fit(steps, epochs, optimizer, metrics):
         opt = (torch.optim.Adam(model.parameters(), lr=1e-3) if optimizer == "torch"
                else distrib.optimizers.Adam(learning_rate=1e-3))
         model.compile(optimizer=opt, metrics=metrics,
-                      loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True), **compile_kwargs)
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[Stamp()])
     return stamps
 
@@ -144,7 +153,15 @@ def distrib_fit_acc(steps, epochs):
     return _distrib_fit(steps, epochs, "keras", ["accuracy"])
 
 
-def _keras_fit(steps, epochs, metrics):
+def distrib_fit_spe8(steps, epochs):
+    return _distrib_fit(steps, epochs, "keras", None, steps_per_execution=8)
+
+
+def distrib_fit_jit(steps, epochs):
+    return _distrib_fit(steps, epochs, "keras", None, jit_compile=True)
+
+
+def _keras_fit(steps, epochs, metrics, **compile_kwargs):
     os.environ["KERAS_BACKEND"] = "torch"
     import keras
     import torch
@@ -160,7 +177,7 @@ def _keras_fit(steps, epochs, metrics):
     model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(HIDDEN, activation="relu"),
                               keras.layers.Dense(OUT)])
     model.compile(optimizer=keras.optimizers.Adam(1e-3), metrics=metrics,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), **compile_kwargs)
     model.fit(x.numpy(), y.numpy(), batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[Stamp()])
     return stamps
 
@@ -171,6 +188,10 @@ def keras_fit(steps, epochs):
 
 def keras_fit_acc(steps, epochs):
     return _keras_fit(steps, epochs, ["accuracy"])
+
+
+def keras_fit_jit(steps, epochs):
+    return _keras_fit(steps, epochs, None, jit_compile=True)
 
 
 def lightning(steps, epochs):
@@ -210,16 +231,56 @@ def _worker(system, steps, epochs, warmup):
 
     torch.set_num_threads(1)
     stamps = globals()[system](steps, epochs)
-    window = stamps[warmup:]
+    per = STEPS_PER_STAMP.get(system, 1)
+    window = stamps[(warmup + per - 1) // per:]
     if len(window) < 2:
-        raise SystemExit(f"{system}: only {len(stamps)} steps ran")
-    gaps = [b - a for a, b in zip(window, window[1:])]
-    print(json.dumps({"mean_us": (window[-1] - window[0]) / len(gaps) * 1e6,
-                      "median_us": statistics.median(gaps) * 1e6, "steps": len(stamps)}))
+        raise SystemExit(f"{system}: only {len(stamps)} timestamps")
+    gaps = [(b - a) / per for a, b in zip(window, window[1:])]
+    print(json.dumps({"mean_us": (window[-1] - window[0]) / len(gaps) / per * 1e6,
+                      "median_us": statistics.median(gaps) * 1e6, "steps": len(stamps) * per}))
+
+
+def _counts(system):
+    """Python calls and torch operator calls per step: machine-independent, so comparable across runs.
+
+    The system runs a 40-step and an 80-step epoch under `cProfile`, then again under a
+    counting ``TorchDispatchMode`` (each operator the dispatcher runs: on a GPU, about one
+    kernel launch each); the difference over 40 steps leaves out what a fit does once.
+    """
+    import cProfile
+    import pstats
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.count += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.set_num_threads(1)
+    run = globals()[system]
+    run(20, 1)  # imports, first builds
+    calls, ops = [], []
+    for steps in (40, 80):  # counted apart: the dispatch mode's own Python calls must not count
+        profile = cProfile.Profile()
+        profile.enable()
+        run(steps, 1)
+        profile.disable()
+        calls.append(pstats.Stats(profile).total_calls)
+        if not system.endswith("_jit"):  # torch.compile refuses to run under a dispatch mode
+            Ops.count = 0
+            with Ops():
+                run(steps, 1)
+            ops.append(Ops.count)
+    print(json.dumps({"python_calls": (calls[1] - calls[0]) / 40,
+                      "torch_ops": (ops[1] - ops[0]) / 40 if ops else None}))
 
 
 def _available(system):
-    module = {"keras_fit": "keras", "keras_fit_acc": "keras", "lightning": "pytorch_lightning"}.get(system)
+    module = "keras" if system.startswith("keras") else {"lightning": "pytorch_lightning"}.get(system)
     if module is None:
         return True
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
@@ -236,10 +297,16 @@ def main():
     parser.add_argument("--only", default=None, help="comma-separated systems (torch_loop always runs)")
     parser.add_argument("--src", action="append", help="a distrib source tree (repeat to compare)")
     parser.add_argument("--json", default=None, help="also write every run's figures here")
+    parser.add_argument("--counts", action="store_true",
+                        help="also count Python calls and torch operators per step (machine-independent)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--count-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _worker(args.worker, args.steps, args.epochs, args.warmup)
+        return
+    if args.count_worker:
+        _counts(args.count_worker)
         return
     wanted = SYSTEMS if args.only is None else ["torch_loop"] + [s for s in args.only.split(",") if s != "torch_loop"]
     unknown = [s for s in wanted if s not in SYSTEMS]
@@ -260,16 +327,31 @@ def main():
             if out.returncode != 0:
                 raise SystemExit(f"{system} failed:\n{out.stderr[-3000:]}")
             figures[(system, src)].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    counts = {}
+    if args.counts:
+        for system, src in runs:
+            env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--count-worker", system], env=env,
+                                 capture_output=True, text=True, timeout=1800)
+            if out.returncode != 0:
+                raise SystemExit(f"{system} (counts) failed:\n{out.stderr[-3000:]}")
+            counts[(system, src)] = json.loads(out.stdout.strip().splitlines()[-1])
     base = figures[runs[0]]
     print(f"\n{args.rounds} rounds, {args.epochs} x {args.steps} steps, first {args.warmup} left out; "
           "ratio = mean step time / the plain loop's in the same round (median over rounds)\n")
-    print("| system | source | mean µs/step (median of rounds) | ratio to torch_loop | rounds |")
-    print("|---|---|---:|---:|---|")
+    extra = " Python calls/step | torch ops/step |" if counts else ""
+    print("| system | source | mean µs/step (median of rounds) | ratio to torch_loop | rounds |" + extra)
+    print("|---|---|---:|---:|---|" + ("---:|---:|" if counts else ""))
     for (system, src), runs_of in figures.items():
         ratios = [r["mean_us"] / b["mean_us"] for r, b in zip(runs_of, base)]
         label = os.path.relpath(src) if system in USES_DISTRIB and len(srcs) > 1 else ""
-        print(f"| {system} | {label} | {statistics.median(r['mean_us'] for r in runs_of):,.0f} | "
-              f"{statistics.median(ratios):.2f}x | {' / '.join(f'{r:.2f}' for r in ratios)} |")
+        row = (f"| {system} | {label} | {statistics.median(r['mean_us'] for r in runs_of):,.0f} | "
+               f"{statistics.median(ratios):.2f}x | {' / '.join(f'{r:.2f}' for r in ratios)} |")
+        if counts:
+            c = counts[(system, src)]
+            ops = "n/a" if c["torch_ops"] is None else f"{c['torch_ops']:.1f}"
+            row += f" {c['python_calls']:,.0f} | {ops} |"
+        print(row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{s}|{src}": v for (s, src), v in figures.items()}, f, indent=1)
