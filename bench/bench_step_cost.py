@@ -16,8 +16,10 @@ round*:
 
 * ``torch_loop``: the plain loop (``torch.optim.Adam``, ``F.cross_entropy``,
   indexing a shuffled permutation) — the baseline;
-* ``distrib_ctl``: the same step under ``strategy.run`` over
-  ``experimental_distribute_dataset`` (default strategy);
+* ``distrib_ctl``: the seeds' custom-loop step (``compute_average_loss`` of
+  unreduced losses) under ``strategy.run`` over ``experimental_distribute_dataset``
+  (default strategy); ``distrib_ctl_same_step``: the plain loop's own step
+  under ``strategy.run`` (what the loop machinery alone costs);
 * ``distrib_fit``: ``distrib.Model.fit`` on arrays with distrib's Keras-rule
   ``Adam``; ``distrib_fit_torch_adam``: the same with ``torch.optim.Adam``
   (the plain loop's optimizer: framework overhead only);
@@ -49,9 +51,12 @@ import sys
 import time
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 10, 32
-SYSTEMS = ["torch_loop", "distrib_ctl", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc",
+#: The clock of the step timestamps: wall time (default), or with ``BENCH_CLOCK=cpu`` this process's
+#: CPU time, which another process's load changes much less (for runs on a busy machine).
+_now = time.process_time if os.environ.get("BENCH_CLOCK") == "cpu" else time.perf_counter
+SYSTEMS = ["torch_loop", "distrib_ctl", "distrib_ctl_same_step", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc",
            "distrib_fit_spe8", "distrib_fit_jit", "keras_fit", "keras_fit_acc", "keras_fit_jit", "lightning"]
-USES_DISTRIB = {"distrib_ctl", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc", "distrib_fit_spe8",
+USES_DISTRIB = {"distrib_ctl", "distrib_ctl_same_step", "distrib_fit", "distrib_fit_torch_adam", "distrib_fit_acc", "distrib_fit_spe8",
                 "distrib_fit_jit"}
 #: Steps between two timestamps (the batch-end hook runs once per execution).
 STEPS_PER_STAMP = {"distrib_fit_spe8": 8}
@@ -85,12 +90,13 @@ def torch_loop(steps, epochs):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            stamps.append(time.perf_counter())
+            stamps.append(_now())
     return stamps
 
 
-def distrib_ctl(steps, epochs):
+def distrib_ctl(steps, epochs, same_step=False):
     import torch
+    import torch.nn.functional as F
 
     import distrib
 
@@ -105,7 +111,10 @@ def distrib_ctl(steps, epochs):
 
     def step_fn(inputs):
         xb, yb = inputs
-        loss = distrib.nn.compute_average_loss(loss_fn(model(xb), yb), global_batch_size=BATCH)
+        if same_step:  # the plain loop's own step (a mean over the local batch: right on one replica only)
+            loss = F.cross_entropy(model(xb), yb)
+        else:
+            loss = distrib.nn.compute_average_loss(loss_fn(model(xb), yb), global_batch_size=BATCH)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -115,8 +124,12 @@ def distrib_ctl(steps, epochs):
     for _ in range(epochs):
         for batch in dist_dataset:
             strategy.run(step_fn, args=(batch,))
-            stamps.append(time.perf_counter())
+            stamps.append(_now())
     return stamps
+
+
+def distrib_ctl_same_step(steps, epochs):
+    return distrib_ctl(steps, epochs, same_step=True)
 
 
 def _distrib_fit(steps, epochs, optimizer, metrics, **compile_kwargs):
@@ -129,7 +142,7 @@ def _distrib_fit(steps, epochs, optimizer, metrics, **compile_kwargs):
 
     class Stamp(distrib.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            stamps.append(time.perf_counter())
+            stamps.append(_now())
 
     with distrib.get_strategy().scope():
         model = distrib.Model(_module(torch))
@@ -171,7 +184,7 @@ def _keras_fit(steps, epochs, metrics, **compile_kwargs):
 
     class Stamp(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            stamps.append(time.perf_counter())
+            stamps.append(_now())
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(HIDDEN, activation="relu"),
@@ -216,7 +229,7 @@ def lightning(steps, epochs):
 
     class Stamp(pl.Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            stamps.append(time.perf_counter())
+            stamps.append(_now())
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH, shuffle=True)
     trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, callbacks=[Stamp()],
@@ -297,6 +310,8 @@ def main():
     parser.add_argument("--only", default=None, help="comma-separated systems (torch_loop always runs)")
     parser.add_argument("--src", action="append", help="a distrib source tree (repeat to compare)")
     parser.add_argument("--json", default=None, help="also write every run's figures here")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="time steps by wall clock or by each process's CPU time (steadier on a busy machine)")
     parser.add_argument("--counts", action="store_true",
                         help="also count Python calls and torch operators per step (machine-independent)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -318,14 +333,18 @@ def main():
     srcs = [os.path.abspath(s) for s in (args.src or [os.path.join(os.path.dirname(__file__), "..", "src")])]
     runs = [(s, src) for s in wanted if s not in skipped for src in (srcs if s in USES_DISTRIB else srcs[:1])]
     figures = {run: [] for run in runs}
+    failed = {}
     for round_ in range(args.rounds):
         for system, src in (runs if round_ % 2 == 0 else runs[::-1]):
-            env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+            env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1", "BENCH_CLOCK": args.clock}
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", system, "--steps", str(args.steps),
                    "--epochs", str(args.epochs), "--warmup", str(args.warmup)]
+            if failed.get((system, src)):
+                continue
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-            if out.returncode != 0:
-                raise SystemExit(f"{system} failed:\n{out.stderr[-3000:]}")
+            if out.returncode != 0:  # e.g. an older source tree without the feature: say so, go on
+                failed[(system, src)] = (out.stderr.strip().splitlines() or ["no output"])[-1][:150]
+                continue
             figures[(system, src)].append(json.loads(out.stdout.strip().splitlines()[-1]))
     counts = {}
     if args.counts:
@@ -333,21 +352,24 @@ def main():
             env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
             out = subprocess.run([sys.executable, os.path.abspath(__file__), "--count-worker", system], env=env,
                                  capture_output=True, text=True, timeout=1800)
-            if out.returncode != 0:
-                raise SystemExit(f"{system} (counts) failed:\n{out.stderr[-3000:]}")
-            counts[(system, src)] = json.loads(out.stdout.strip().splitlines()[-1])
+            if out.returncode == 0:
+                counts[(system, src)] = json.loads(out.stdout.strip().splitlines()[-1])
     base = figures[runs[0]]
-    print(f"\n{args.rounds} rounds, {args.epochs} x {args.steps} steps, first {args.warmup} left out; "
+    print(f"\n{args.rounds} rounds, {args.epochs} x {args.steps} steps, first {args.warmup} left out, "
+          f"{args.clock} clock; "
           "ratio = mean step time / the plain loop's in the same round (median over rounds)\n")
     extra = " Python calls/step | torch ops/step |" if counts else ""
     print("| system | source | mean µs/step (median of rounds) | ratio to torch_loop | rounds |" + extra)
     print("|---|---|---:|---:|---|" + ("---:|---:|" if counts else ""))
     for (system, src), runs_of in figures.items():
-        ratios = [r["mean_us"] / b["mean_us"] for r, b in zip(runs_of, base)]
         label = os.path.relpath(src) if system in USES_DISTRIB and len(srcs) > 1 else ""
+        if (system, src) in failed:
+            print(f"| {system} | {label} | failed: {failed[(system, src)]} | | |")
+            continue
+        ratios = [r["mean_us"] / b["mean_us"] for r, b in zip(runs_of, base)]
         row = (f"| {system} | {label} | {statistics.median(r['mean_us'] for r in runs_of):,.0f} | "
                f"{statistics.median(ratios):.2f}x | {' / '.join(f'{r:.2f}' for r in ratios)} |")
-        if counts:
+        if counts and (system, src) in counts:
             c = counts[(system, src)]
             ops = "n/a" if c["torch_ops"] is None else f"{c['torch_ops']:.1f}"
             row += f" {c['python_calls']:,.0f} | {ops} |"

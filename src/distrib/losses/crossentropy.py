@@ -68,7 +68,7 @@ def _sparse_labels(y_true: torch.Tensor, y_pred: torch.Tensor, who: str) -> torc
     labels = y_true
     if labels.dim() == y_pred.dim() and labels.dim() > 0 and labels.shape[-1] == 1:
         labels = labels.squeeze(-1)
-    if _shape(labels) != _shape(y_pred)[:-1]:
+    if labels.shape != y_pred.shape[:-1]:
         raise ValueError(
             f"{who}: labels of shape {_shape(y_true)} do not fit predictions of shape {_shape(y_pred)}; "
             f"integer labels need shape {_shape(y_pred)[:-1]} (for one-hot labels use categorical_crossentropy)")

@@ -25,10 +25,9 @@ replicas.
 """
 from __future__ import annotations
 
-import contextlib
 import enum
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -50,14 +49,24 @@ class _ModelScaling(threading.local):
 _MODEL_SCALING = _ModelScaling()
 
 
-@contextlib.contextmanager
-def losses_scaled_by_model() -> Iterator[None]:
-    """Inside: `distrib.Model`'s steps, which divide per-example losses by the global batch themselves."""
-    _MODEL_SCALING.depth += 1
-    try:
-        yield
-    finally:
+class _ScaledByModel:
+    """The context manager `losses_scaled_by_model` returns (a class: it is entered every step)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _MODEL_SCALING.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
         _MODEL_SCALING.depth -= 1
+
+
+_SCALED_BY_MODEL = _ScaledByModel()
+
+
+def losses_scaled_by_model() -> _ScaledByModel:
+    """Inside: `distrib.Model`'s steps, which divide per-example losses by the global batch themselves."""
+    return _SCALED_BY_MODEL
 
 
 def check_distributed_reduction(loss_name: str, reduction: "Reduction") -> None:

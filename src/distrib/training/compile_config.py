@@ -153,6 +153,11 @@ class CompiledMetrics:
     def built(self) -> bool:
         return self._entries is not None
 
+    @property
+    def empty(self) -> bool:
+        """True when there are no metrics (compiled without any): nothing to update."""
+        return self._entries is not None and not self._entries
+
     def _make(self, identifiers: Any, loss_obj: Any) -> List[Any]:
         from distrib import metrics
 

@@ -16,7 +16,6 @@ caused them.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
@@ -176,8 +175,10 @@ def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
     """``(y, sample_weight, y_pred, loss)`` of a batch, compiled where the model asked for it."""
     x, y, sw = unpack(data)
     x, y, sw = _prepare_x(plan, x), _to_device(plan, y), _to_device(plan, sw)
-    run = loop.jit if loop.jit is not None else partial(forward_and_loss, loop)
-    y_pred, loss = run(x, y, sw, global_batch_size)
+    if loop.jit is not None:
+        y_pred, loss = loop.jit(x, y, sw, global_batch_size)
+    else:
+        y_pred, loss = forward_and_loss(loop, x, y, sw, global_batch_size)
     return y, sw, y_pred, loss
 
 
@@ -248,7 +249,7 @@ def predict_step(loop: "LoopHost", x: Any) -> Any:
 
 def _update_metrics(loop: "LoopHost", y: Any, y_pred: Any, sw: Any) -> None:
     metrics = loop.compiled_metrics
-    if metrics is None:
+    if metrics is None or metrics.empty:
         return
     if not metrics.built:
         metrics.build(y_pred)
