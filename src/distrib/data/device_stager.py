@@ -26,7 +26,7 @@ import torch
 
 from distrib.data.structure import leaves, map_leaves
 
-__all__ = ["DeviceStager", "Staged"]
+__all__ = ["DeviceStager", "Staged", "staged_value"]
 
 
 class Staged:
@@ -37,6 +37,11 @@ class Staged:
     def __init__(self, value: Any, event: Any = None) -> None:
         self.value = value
         self.event = event
+
+
+def staged_value(staged: Any) -> Any:
+    """The (device) tensors of what `DeviceStager.start` returned, before `DeviceStager.finish`."""
+    return staged.value if type(staged) is Staged else staged
 
 
 class DeviceStager:
@@ -57,11 +62,11 @@ class DeviceStager:
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)
 
-    def start(self, value: Any) -> Staged:
-        """Queue ``value``'s copy to the device."""
+    def start(self, value: Any) -> Any:
+        """Queue ``value``'s copy to the device (a `Staged`; with no device, ``value`` itself)."""
         device = self.device
         if device is None:
-            return Staged(value)
+            return value
         if device.type != "cuda":
             return Staged(map_leaves(self._move, value))
         if self._stream is None:
@@ -73,8 +78,10 @@ class DeviceStager:
         event.record(self._stream)
         return Staged(moved, event)
 
-    def finish(self, staged: Staged) -> Any:
+    def finish(self, staged: Any) -> Any:
         """The batch on the device, ready for the current stream (which waits; the host does not)."""
+        if type(staged) is not Staged:
+            return staged
         if staged.event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(staged.event)

@@ -40,7 +40,7 @@ import torch
 from distrib.data import batch_position
 from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
-from distrib.data.device_stager import DeviceStager
+from distrib.data.device_stager import DeviceStager, staged_value
 from distrib.data.dataset import Dataset
 from distrib.data.feeds import EMPTY, FEEDS, Feed
 from distrib.data.input_context import InputHost, InputPlacement
@@ -149,7 +149,7 @@ class DistributedIterator:
             return Ending.PER_STEP if self._source.dataset.cardinality() == UNKNOWN else Ending.NATURAL
         first = self._ahead.peek().element
         if first is not None and first is not EMPTY:
-            self._spec = loosen_batch(spec_of(first.value))
+            self._spec = loosen_batch(spec_of(staged_value(first)))
         mine = {"steps": self._ahead.feed.steps(), "spec": None if self._spec is None else spec_to_json(self._spec)}
         everyone = self._collective.all_gather_json(mine)
         specs = [e["spec"] for e in everyone if e["spec"] is not None]
