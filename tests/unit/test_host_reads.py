@@ -142,3 +142,38 @@ def test_the_counter_sees_each_kind_of_host_read_with_its_line():
     assert [name.split(" (")[1] for name in reads.sites()] == ["item)", "__float__)", "__bool__)", "tolist)",
                                                                 "cpu)", "to)", "numpy)"]
     assert all(site.startswith("tests/unit/test_host_reads.py:") for site in reads.sites())
+
+
+def _metric_classes():
+    import inspect
+
+    return [name for name in distrib.metrics.__all__ if inspect.isclass(getattr(distrib.metrics, name))]
+
+
+def test_no_metric_reads_on_the_host_or_copies_a_constant_to_the_device_in_an_update():
+    """AUC, Precision, Recall and their kin once moved their thresholds to the device at every update
+    (on a GPU a blocking copy), and R2Score its unit weight: each now keeps them where the predictions are."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=gen)
+    labels = x[:, :3].argmax(1)
+    pairs = [((x[:, :1] > 0).float(), torch.sigmoid(x[:, :1])), (labels, torch.softmax(x[:, :3], -1)),
+             (torch.nn.functional.one_hot(labels, 3).float(), torch.softmax(x[:, :3], -1))]
+    checked, reads = 0, {}
+    for name in _metric_classes():
+        try:
+            metric = getattr(distrib.metrics, name)()
+        except TypeError:  # needs arguments (e.g. a constraint value)
+            continue
+        for y, y_pred in pairs:
+            try:
+                metric.update_state(y, y_pred)  # the first update may build and place the state
+            except (ValueError, RuntimeError):
+                continue
+            with HostReads() as counter:
+                metric.update_state(y, y_pred)
+            checked += 1
+            if counter.count:
+                reads[name] = counter.sites()
+            break
+    assert checked >= 30
+    assert reads == {}

@@ -43,8 +43,8 @@ class _AtConstraint(Metric):
             self.add_state(state, (len(self.thresholds),))
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
-        counts = threshold_counts(y_true, y_pred, self._threshold_tensor, sample_weight, type(self).__name__,
-                                  self.class_id)
+        thresholds = self._constant_on("_threshold_tensor", y_pred)
+        counts = threshold_counts(y_true, y_pred, thresholds, sample_weight, type(self).__name__, self.class_id)
         self._align_device(counts["tp"])
         self.true_positives.add_(counts["tp"])
         self.false_positives.add_(counts["fp"])

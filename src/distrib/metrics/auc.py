@@ -105,7 +105,7 @@ class AUC(Metric):
                                  f"got {tuple(pred.shape)}")
             self.num_labels = int(pred.shape[1])
             self._build((self.num_labels,))
-        counts = threshold_counts(y_true, pred, self._thresholds, sample_weight, "AUC",
+        counts = threshold_counts(y_true, pred, self._constant_on("_thresholds", pred), sample_weight, "AUC",
                                   multi_label=self.multi_label)
         self._align_device(counts["tp"])
         self.true_positives.add_(counts["tp"])

@@ -137,6 +137,15 @@ class Metric(StrategyBoundState):
     def variables(self) -> List[torch.Tensor]:
         return list(self.state_tensors().values())
 
+    def _constant_on(self, name: str, like: Any) -> torch.Tensor:
+        """The constant tensor attribute ``name`` on the device of ``like`` (a tensor; anything else: where
+        it is), moved there once rather than copied at every update."""
+        constant = getattr(self, name)
+        if isinstance(like, torch.Tensor) and constant.device != like.device:
+            constant = constant.to(like.device)
+            setattr(self, name, constant)
+        return constant
+
     def _align_device(self, like: torch.Tensor) -> None:
         """Move the state to ``like``'s device (once) so updates never cross devices."""
         if self._state_names and getattr(self, self._state_names[0]).device != like.device:

@@ -64,7 +64,9 @@ def confusion_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, top_k: 
         weight = weight[..., int(class_id)]
     pred, positive = pred.reshape(-1), true.reshape(-1) != 0
     w = weight.reshape(-1)
-    above = pred[None, :] > thresholds.to(pred.device)[:, None]
+    if thresholds.device != pred.device:
+        thresholds = thresholds.to(pred.device)
+    above = pred[None, :] > thresholds[:, None]
     return {"tp": ((above & positive) * w).sum(1), "fp": ((above & ~positive) * w).sum(1),
             "fn": ((~above & positive) * w).sum(1), "tn": ((~above & ~positive) * w).sum(1)}
 
@@ -86,8 +88,9 @@ class _Confusion(Metric):
     direction = "up"
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
-        counts = confusion_counts(y_true, y_pred, self._threshold_tensor, self.top_k, self.class_id,
-                                  sample_weight, type(self).__name__)
+        thresholds = self._constant_on("_threshold_tensor", y_pred)
+        counts = confusion_counts(y_true, y_pred, thresholds, self.top_k, self.class_id, sample_weight,
+                                  type(self).__name__)
         self._align_device(counts["tp"])
         self.true_positives.add_(counts["tp"].to(self.true_positives.dtype))
         other = getattr(self, self._second)
@@ -140,8 +143,8 @@ class _Count(Metric):
         self.add_state("accumulator", (len(self.thresholds),))
 
     def update_state(self, y_true: Any, y_pred: Any = None, sample_weight: Optional[Any] = None) -> None:
-        counts = confusion_counts(y_true, y_pred, self._threshold_tensor, None, None, sample_weight,
-                                  type(self).__name__)
+        thresholds = self._constant_on("_threshold_tensor", y_pred)
+        counts = confusion_counts(y_true, y_pred, thresholds, None, None, sample_weight, type(self).__name__)
         self._align_device(counts[self._key])
         self.accumulator.add_(counts[self._key].to(self.accumulator.dtype))
 

@@ -57,11 +57,13 @@ class R2Score(Metric):
             for state in ("squared_sum", "sum", "total_mse", "count"):
                 self.add_state(state, (int(pred.shape[-1]),))
             true, pred = true.to(torch.float64), pred.to(torch.float64)
-        w = torch.ones((), dtype=torch.float64) if sample_weight is None else torch.as_tensor(
+        w = torch.ones((), dtype=torch.float64, device=true.device) if sample_weight is None else torch.as_tensor(
             sample_weight).to(torch.float64)
         if w.dim() == 1:
             w = w.unsqueeze(1)
-        w = w.to(true.device).broadcast_to(true.shape)
+        if w.device != true.device:
+            w = w.to(true.device)
+        w = w.broadcast_to(true.shape)
         self._align_device(true)
         self.sum.add_((true * w).sum(0))
         self.squared_sum.add_((true * true * w).sum(0))

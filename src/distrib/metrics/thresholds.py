@@ -68,7 +68,8 @@ def threshold_counts(y_true: Any, y_pred: Any, thresholds: torch.Tensor, sample_
     else:
         labels = 1
     pred, positive, weight = pred.reshape(-1, labels), true.reshape(-1, labels) != 0, weight.reshape(-1, labels)
-    thresholds = thresholds.to(device=pred.device, dtype=torch.float64)
+    if thresholds.device != pred.device or thresholds.dtype != torch.float64:
+        thresholds = thresholds.to(device=pred.device, dtype=torch.float64)
     n = thresholds.numel()
     bucket = torch.bucketize(pred.contiguous(), thresholds, right=False)  # thresholds strictly below
     index = (bucket * labels + torch.arange(labels, device=pred.device)).reshape(-1)

@@ -17,6 +17,10 @@ Example:
     >>> reads.count, reads.sites()
     (1, ['train.py:12 (__bool__)'])
 
+``t.to(device)`` counts when ``device`` is the CPU: on a CPU-only test that is
+also every ``.to(x.device)`` of a host constant, which on a GPU is a copy from
+host memory at every step (blocking, from pageable memory): worth finding too.
+
 `torch.cuda.set_sync_debug_mode("error")` is the GPU-only counterpart
 (it sees the synchronisations themselves, not the calls that cause them).
 """
