@@ -11,7 +11,8 @@ from distrib.cluster import ClusterConfigError, ClusterSpec, SimpleClusterResolv
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.partitioners import FixedShardsPartitioner, MaxSizePartitioner, MinSizePartitioner
-from distrib.strategies.parameter_server.pickling import Exporter, Importer
+from distrib.strategies.parameter_server.exporter import Exporter
+from distrib.strategies.parameter_server.importer import Importer
 from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerValues, RemoteValue
 from distrib.strategies.parameter_server.variables import Shard, VariableInfo
 

@@ -9,7 +9,8 @@ import torch
 import distrib
 from distrib.coordinator import RegisteredOnlyError, remote_function
 from distrib.strategies.parameter_server import registered, wire as ps_wire
-from distrib.strategies.parameter_server.pickling import Exporter, Importer
+from distrib.strategies.parameter_server.exporter import Exporter
+from distrib.strategies.parameter_server.importer import Importer
 from distrib.strategies.parameter_server.values import PerWorkerValues
 from distrib.strategies.parameter_server.variables import Shard, VariableInfo
 

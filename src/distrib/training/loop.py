@@ -238,7 +238,7 @@ class TrainingLoop:
 
         The callbacks, history, position and the optimizer wrapper stay here;
         the worker's copy starts with a fresh loss tracker (module, optimizer
-        and metrics are shared by reference, see the parameter server's pickling).
+        and metrics are shared by reference, see the parameter server's exporter).
         """
         state = dict(self.__dict__)
         state.update(callbacks=None, history=None, train_loop_state=TrainLoopState(), optimizer=None,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from distrib.strategies.parameter_server.dispatch import Closure, Dispatcher
 from distrib.strategies.parameter_server.errors import CancelledError, UnavailableError
-from distrib.strategies.parameter_server.pickling import hyper_parameters
+from distrib.strategies.parameter_server.exporter import hyper_parameters
 from distrib.strategies.parameter_server.values import PerWorkerDataset, PerWorkerIterator, PerWorkerValues, RemoteValue
 from distrib.strategies.parameter_server.worker import refresh_variables
 from distrib.utils.nest import map_structure

@@ -1,6 +1,6 @@
 """Scheduled functions by registered name: a parameter-server job in which no task unpickles.
 
-By default a scheduled function travels by value (cloudpickle, `pickling`),
+By default a scheduled function travels by value (cloudpickle, `exporter`),
 inside calls whose token proved the job secret. With
 ``DISTRIB_PS_FUNCTIONS=registered`` in every task's environment, nothing
 travels as a pickle: a function travels as the *name* it was registered

@@ -50,7 +50,7 @@ from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.handlers import role_handlers
-from distrib.strategies.parameter_server.pickling import Exporter, hyper_parameters
+from distrib.strategies.parameter_server.exporter import Exporter, hyper_parameters
 from distrib.strategies.parameter_server.registered import registered_only
 from distrib.strategies.parameter_server.runtime import Runtime
 from distrib.strategies.parameter_server.serve import serve_forever_and_exit

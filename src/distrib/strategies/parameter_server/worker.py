@@ -30,7 +30,7 @@ import torch
 from distrib.cluster.task import TaskInfo
 from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
 from distrib.strategies.parameter_server.errors import UnavailableError
-from distrib.strategies.parameter_server.pickling import Importer
+from distrib.strategies.parameter_server.importer import Importer
 from distrib.strategies.parameter_server.registered import registered_only
 from distrib.strategies.parameter_server.runtime import run_on_main_thread
 from distrib.strategies.parameter_server.variables import VariableInfo, read_values, split_rows
