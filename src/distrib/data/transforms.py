@@ -21,6 +21,7 @@ import torch
 
 from distrib.data.blocks import Block, LazyBatch, ListBlock, materialize
 from distrib.data.dataset import Dataset
+from distrib.data.map_spec import traced_map_spec
 from distrib.data.options import INFINITE, UNKNOWN, Options
 from distrib.data.stream import ALL, BlockIterator, IterContext
 from distrib.data.structure import call_unpacked, to_structure
@@ -72,6 +73,9 @@ class MapDataset(_Unary):
 
     def _static_spec(self) -> Any:
         return None
+
+    def _traced_spec(self) -> Any:
+        return traced_map_spec(self._input, self._fn)
 
     def _iterator(self, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
         return _MapIterator(self._fn, _inner(self, ctx, lineage, state))
