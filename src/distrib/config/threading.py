@@ -140,5 +140,5 @@ def warn_if_oversubscribed(load_average: Optional[float] = None) -> bool:
         f"torch runs {threads} threads per operator in this process, but the machine is already busy (load "
         f"{load_average:.1f} on {cpus} CPUs) and spinning threads can make each step many times slower; call "
         "distrib.config.threading.set_intra_op_parallelism_threads(1) (or set OMP_NUM_THREADS=1) if it crawls",
-        BusyMachineWarning, stacklevel=3)
+        BusyMachineWarning, stacklevel=4)
     return True
