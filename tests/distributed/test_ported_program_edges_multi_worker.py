@@ -1,4 +1,4 @@
-"""What public tf.distribute programs hit on 2 real workers (issue 39, items 1, 2 and 7).
+"""What public tf.distribute programs hit on 2 real workers and 2 local replicas (issue 39, items 1, 2, 3, 7).
 
 * a last partial batch with fewer rows than replicas (5 examples, batch 4;
   batch 1): every logged loss is the one-process loss, not NaN;
@@ -10,14 +10,17 @@
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import distrib
-from distrib.testing import run_cluster
+from distrib.testing import run_cluster, run_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -141,3 +144,34 @@ def test_a_one_device_model_trains_alone_in_each_worker(results):
         assert one["refused"] is not None and "outside any strategy scope" in one["refused"]
         for key in ("first", "second", "weights"):
             np.testing.assert_allclose(_numbers(one[key]), _numbers(alone["one_device"][key]), rtol=1e-6)
+
+
+LOCAL_REPLICAS_SCRIPT = """
+import json, sys
+import numpy as np, torch, distrib
+sys.path.insert(0, sys.argv[2])
+from test_ported_program_edges_multi_worker import _partial_batches, _lazy_modules
+strategy = distrib.MirroredStrategy(["/job:localhost/replica:0/task:0/device:CPU:0", "/device:CPU:1"])
+result = {"replicas": strategy.num_replicas_in_sync, "partial": _partial_batches(strategy),
+          "lazy": _lazy_modules(strategy, seed=100 + strategy.replica_id)}
+if strategy.is_chief:
+    json.dump(result, open(sys.argv[1], "w"))
+"""
+
+
+def test_tf_device_names_make_two_local_replicas_that_train_lazy_modules_and_partial_batches(results, tmp_path):
+    """Items 3, 2 and 1 together, from a plain script: TF's full device names, lazy modules, empty shares."""
+    _, alone = results
+    script = tmp_path / "local.py"
+    script.write_text(LOCAL_REPLICAS_SCRIPT)
+    out = tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
+    proc = run_python([str(script), str(out), str(Path(__file__).parent)], cwd=str(tmp_path),
+                      env=dict(env, OMP_NUM_THREADS="1"), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["replicas"] == 2
+    for key in ("fit_arrays", "evaluate_arrays", "fit_dataset", "evaluate_dataset", "weights"):
+        np.testing.assert_allclose(_numbers(got["partial"][key]), _numbers(alone["partial"][key]), rtol=1e-5,
+                                   atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(_numbers(got["lazy"]), _numbers(alone["lazy"]), rtol=1e-4, atol=1e-5)
