@@ -97,3 +97,20 @@ def test_a_lazy_model_built_by_a_dry_run_in_the_scope():
         model = _lazy_model()
         model(torch.randn(2, 1, 6, 6))                # Keras's "build" inside the scope
     assert {id(p) for p in owner.sync.params} == {id(p) for p in model.parameters()}
+
+
+def test_on_a_device_strategy_lazy_tensors_move_there_once_created():
+    """One replica on another device ("meta" stands in for a GPU): created on the CPU, then moved."""
+    from distrib.comm.collective import LocalCollective
+
+    class _DeviceOwner:
+        device = torch.device("meta")
+        collective = LocalCollective()
+        communication_options = CommunicationOptions()
+
+    tracker = ScopeTracker(_DeviceOwner())
+    with tracker.scope():
+        model = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.LazyBatchNorm1d())
+    model(torch.zeros(2, 5, device="meta"))    # (a CUDA move keeps the parameter object; meta cannot)
+    assert model[0].weight.device.type == "meta" and model[0].weight.shape == (3, 5)
+    assert model[1].running_mean.device.type == "meta"
