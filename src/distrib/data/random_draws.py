@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 from distrib.data.stream import mix_seed
+from distrib.data.structure import call_unpacked
 
-__all__ = ["ElementKey", "RowKeyedCall", "drawing", "uniform"]
+__all__ = ["ElementKey", "RowKeyedCall", "call_keyed", "drawing", "uniform"]
 
 _M64 = (1 << 64) - 1
 
@@ -51,15 +52,16 @@ class ElementKey:
     """What one call of a map function draws from: a seed source and the element's place.
 
     Args:
-        seed: returns the map's seed (resolved on the first draw only).
-        parts: the pass's lineage and the element's index in the map's input.
+        seed: returns the map's seed.
+        lineage: the pass over the dataset.
+        index: the element's position in the map's input.
         first_row: the global row of a batch's first row (a replica's slice starts later).
     """
 
-    __slots__ = ("seed", "parts", "first_row", "calls")
+    __slots__ = ("seed", "lineage", "index", "first_row", "calls")
 
-    def __init__(self, seed: Callable[[], int], parts: Tuple[int, ...], first_row: int = 0) -> None:
-        self.seed, self.parts, self.first_row = seed, parts, first_row
+    def __init__(self, seed: Callable[[], int], lineage: Tuple[int, ...], index: int, first_row: int = 0) -> None:
+        self.seed, self.lineage, self.index, self.first_row = seed, lineage, index, first_row
         self.calls = 0
 
 
@@ -72,11 +74,22 @@ _EAGER_CALLS: Dict[int, int] = {}
 _EAGER_LOCK = threading.Lock()
 
 
+def call_keyed(fn: Callable[..., Any], element: Any, key: ElementKey) -> Any:
+    """``fn(element)`` (tuple components as arguments) with random ops drawing from ``key``."""
+    current = _CURRENT
+    previous, current.key = current.key, key
+    try:
+        if type(element) is tuple:
+            return fn(*element)
+        return call_unpacked(fn, element)
+    finally:
+        current.key = previous
+
+
 @contextlib.contextmanager
 def drawing(key: ElementKey) -> Iterator[None]:
-    """Random ops called inside draw from ``key`` (the map iterator wraps each call in this)."""
+    """Random ops called inside draw from ``key``."""
     previous, _CURRENT.key = _CURRENT.key, key
-    key.calls = 0
     try:
         yield
     finally:
@@ -95,10 +108,8 @@ class RowKeyedCall:
         self.fn, self.key = fn, key
 
     def at_row(self, first_row: int, element: Any) -> Any:
-        from distrib.data.structure import call_unpacked
-
-        with drawing(ElementKey(self.key.seed, self.key.parts, self.key.first_row + first_row)):
-            return call_unpacked(self.fn, element)
+        key = self.key
+        return call_keyed(self.fn, element, ElementKey(key.seed, key.lineage, key.index, key.first_row + first_row))
 
     def __call__(self, *args: Any) -> Any:
         return self.at_row(0, args[0] if len(args) == 1 else args)
@@ -110,7 +121,7 @@ def _call_key(op_seed: Optional[int]) -> Tuple[int, int]:
     key = _CURRENT.key
     if key is not None:
         key.calls += 1
-        return mix_seed(key.seed(), *key.parts, key.calls, salt), key.first_row
+        return mix_seed(key.seed(), *key.lineage, key.index, key.calls, salt), key.first_row
     if op_seed is None:
         return int(torch.randint(0, 1 << 62, ()).item()), 0
     with _EAGER_LOCK:

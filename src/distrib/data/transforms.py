@@ -23,7 +23,7 @@ from distrib.data.blocks import Block, LazyBatch, ListBlock, materialize
 from distrib.data.dataset import Dataset
 from distrib.data.map_spec import traced_map_spec
 from distrib.data.options import INFINITE, UNKNOWN, Options
-from distrib.data.random_draws import ElementKey, RowKeyedCall, drawing
+from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import ALL, BlockIterator, IterContext, mix_seed
 from distrib.data.structure import call_unpacked, to_structure
 
@@ -111,13 +111,12 @@ class _MapIterator(_Pass):
         self._count = int(state.get("n", 0)) if state else 0  # elements mapped: keys their random draws
 
     def _key(self) -> ElementKey:
-        key = ElementKey(self._seed, self._lineage + (self._count,))
+        key = ElementKey(self._seed, self._lineage, self._count)
         self._count += 1
         return key
 
     def _call(self, element: Any) -> Any:
-        with drawing(self._key()):
-            return to_structure(call_unpacked(self._fn, element))
+        return to_structure(call_keyed(self._fn, element, self._key()))
 
     def next_block(self, limit: int) -> Optional[Block]:
         block = self._in.next_block(limit)
