@@ -56,3 +56,13 @@ def test_to_tensor_cuts_to_a_given_shape():
 def test_to_tensor_errors_name_the_culprit(call, message):
     with pytest.raises(ValueError, match=message):
         call(RaggedList([torch.tensor([1, 2]), torch.tensor([3])]))
+
+
+def test_reading_the_spec_of_a_random_map_leaves_torchs_generator_alone():
+    import distrib
+
+    ds = Dataset.from_tensor_slices(torch.zeros(4, 6, 6, 3)).map(lambda x: distrib.image.random_crop(x, [4, 4, 3]))
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    assert ds.element_spec == TensorSpec((4, 4, 3), torch.float32)
+    assert torch.equal(torch.random.get_rng_state(), before)

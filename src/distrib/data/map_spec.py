@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from distrib.data.ragged import RaggedList
+from distrib.data.random_draws import ElementKey, call_keyed
 from distrib.data.stream import IterContext
-from distrib.data.structure import TensorSpec, call_unpacked, leaves, map_leaves, spec_of, to_structure
+from distrib.data.structure import TensorSpec, leaves, map_leaves, spec_of, to_structure
 
 __all__ = ["traced_map_spec", "merge_specs"]
 
@@ -86,6 +87,11 @@ def _first_rows(element: Any, n: int) -> Any:
     return element[:n]
 
 
+def _probe(fn: Callable, element: Any) -> Any:
+    """``fn(element)`` with its random ops drawing from a fixed key: reading a spec leaves torch's generator be."""
+    return call_keyed(fn, element, ElementKey(lambda: 0, (), 0))
+
+
 def traced_map_spec(input_dataset: Any, fn: Callable) -> Any:
     """The spec of ``input_dataset.map(fn)``, read as the module docstring says.
 
@@ -98,7 +104,7 @@ def traced_map_spec(input_dataset: Any, fn: Callable) -> Any:
     first = next(iterator, None)
     if first is None:
         raise ValueError("the dataset is empty, so its element_spec is unknown")
-    spec = spec_of(to_structure(call_unpacked(fn, first)))
+    spec = spec_of(to_structure(_probe(fn, first)))
     probes: List[Any] = []
     second = next(iterator, None)
     if second is not None:
@@ -109,7 +115,7 @@ def traced_map_spec(input_dataset: Any, fn: Callable) -> Any:
             probes.append(_first_rows(first, rows - 1))
     for probe in probes:
         try:
-            other = spec_of(to_structure(call_unpacked(fn, probe)))
+            other = spec_of(to_structure(_probe(fn, probe)))
         except Exception:  # noqa: BLE001 - a function that only takes full batches: its shape stays fixed
             continue
         spec = merge_specs(spec, other)
