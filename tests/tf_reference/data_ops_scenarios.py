@@ -154,4 +154,15 @@ def scenarios(D, ops) -> Dict[str, Callable[[], Any]]:
         "ragged_batch_drop_tuple": lambda: D.from_generator(
             _gen_lengths, output_signature=ops.spec([None], "int32")).map(lambda x: (x, 1.0)).ragged_batch(
             2, drop_remainder=True),
+        # element_spec of a map: None where the input's batch or the values decide the shape (issue 39)
+        "batch_then_map": lambda: D.range(10).batch(3).map(lambda x: x * 2),
+        "batch_then_map_tuple": lambda: D.range(7).map(lambda x: (x, x * 2)).batch(3).map(lambda a, b: (a + b, b)),
+        "batch_drop_then_map": lambda: D.range(10).batch(3, drop_remainder=True).map(lambda x: x + 1),
+        "map_variable_length": lambda: D.range(1, 5).map(ops.fill_n),
+        "map_variable_length_then_map": lambda: D.range(1, 5).map(ops.fill_n).map(lambda x: x * 3),
+        # RaggedTensor.to_tensor() in a map after ragged_batch
+        "ragged_batch_to_tensor": lambda: D.range(1, 6).map(ops.fill_n).ragged_batch(2).map(lambda r: r.to_tensor()),
+        "ragged_batch_to_tensor_shape": lambda: D.from_generator(
+            _gen_lengths, output_signature=ops.spec([None], "int32")).ragged_batch(3).map(
+            lambda r: r.to_tensor(default_value=-1, shape=[None, 4])),
     }

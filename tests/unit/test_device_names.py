@@ -54,3 +54,30 @@ def test_local_devices_env_is_checked_too(two_cores, monkeypatch):
     monkeypatch.setenv("DISTRIB_LOCAL_DEVICES", "cpu:0,cpu:9")
     with pytest.raises(ValueError, match="device 'cpu:9' does not exist"):
         distrib.MultiWorkerMirroredStrategy()
+
+
+# Issue 39, item 3: TF's device spellings keep their index.
+@pytest.mark.parametrize("names", [
+    ["/device:CPU:0", "/device:CPU:1"],
+    ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"],
+    ["device:CPU:0", "/CPU:1"],
+])
+def test_tf_device_names_keep_their_index(two_cores, names):
+    assert parse_replica_devices(names) == (["cpu:0", "cpu:1"], [torch.device("cpu")] * 2)
+
+
+def test_tf_gpu_names_keep_their_index(one_fake_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert parse_device("/device:GPU:1") == torch.device("cuda", 1)
+    assert parse_device("/job:localhost/replica:0/task:0/device:GPU:1") == torch.device("cuda", 1)
+    assert parse_replica_devices(["/device:GPU:0", "/device:GPU:1"])[0] == ["cuda:0", "cuda:1"]
+
+
+def test_a_full_name_of_another_task_is_refused_by_name(two_cores):
+    with pytest.raises(ValueError, match=r"names 'task:1': a strategy takes this process's devices"):
+        parse_replica_devices(["/job:localhost/replica:0/task:1/device:CPU:0"])
+
+
+def test_a_full_tf_device_index_beyond_the_cores_is_refused(two_cores):
+    with pytest.raises(ValueError, match=r"device '/device:CPU:7' does not exist"):
+        distrib.MirroredStrategy(["/device:CPU:0", "/device:CPU:7"])

@@ -73,10 +73,9 @@ def test_fit_evaluate_predict_call_hooks_once_per_execution():
 
     rec.calls.clear()
     model.evaluate(x, y, batch_size=2, verbose=0, callbacks=[rec])
-    # without steps=... the loop runs until the data ends, so no batch is known to be the last:
-    # only on_test_end gets logs
+    # without steps=... the steps are the input's (3 here), so the last batch is known and gets logs, as in fit
     assert rec.calls == [("test_begin", None, False), ("test_batch_begin", 0, False), ("test_batch_end", 1, False),
-                         ("test_batch_begin", 2, False), ("test_batch_end", 2, False), ("test_end", None, True)]
+                         ("test_batch_begin", 2, False), ("test_batch_end", 2, True), ("test_end", None, True)]
 
     rec.calls.clear()
     model.evaluate(x, y, batch_size=2, verbose=0, callbacks=[rec], steps=3)

@@ -9,6 +9,9 @@ It also catches the silent mistake of a replicated job: an optimizer
 stepping a parameter with a gradient that no strategy syncs (its module was
 created outside ``strategy.scope()``), which would let the replicas drift
 apart. That step raises `UnsyncedParameterError`, naming the module and the fix.
+Parameters captured by a one-replica strategy's scope (a `OneDeviceStrategy`
+in a worker of a multi-worker job) are registered as meant to train alone
+(`register_unreplicated`), as TensorFlow trains them in each worker.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ import torch
 from distrib import hooks
 from distrib.errors import DistribError
 
-__all__ = ["register_parameters", "install", "synchronize_gradients", "UnsyncedParameterError",
-           "unreplicated_steps"]
+__all__ = ["register_parameters", "register_unreplicated", "install", "synchronize_gradients",
+           "UnsyncedParameterError", "unreplicated_steps"]
 
 _lock = threading.Lock()
 _owner: Dict[int, Tuple["weakref.ref", "weakref.ref"]] = {}  # id(param) -> (param, synchronizer)
@@ -59,6 +62,26 @@ def register_parameters(synchronizer, params) -> None:
             _owner[id(p)] = (weakref.ref(p), weakref.ref(synchronizer))
         _version += 1
     install()
+
+
+class _Alone:
+    """The synchronizer of parameters that train alone in this process: nothing to sum."""
+
+    def finish(self) -> None:
+        pass
+
+
+_ALONE = _Alone()
+
+
+def register_unreplicated(params) -> None:
+    """Steps over ``params`` are meant to train alone (a one-replica strategy's scope made them).
+
+    Only needed (and only done) once a replicated job checks every step: a
+    plain single process gets no global hook from this.
+    """
+    if _replicated_job is not None:
+        register_parameters(_ALONE, params)
 
 
 def _lookup(optimizer: torch.optim.Optimizer) -> Tuple[List, List[torch.Tensor]]:

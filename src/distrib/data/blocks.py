@@ -241,27 +241,29 @@ class LazyBatch:
     the maps to that slice (as tf.distribute does after rebatching).
     """
 
-    __slots__ = ("table", "idx", "fns")
+    __slots__ = ("table", "idx", "fns", "start")
 
-    def __init__(self, table: Table, idx: np.ndarray, fns: Tuple[Callable, ...] = ()) -> None:
+    def __init__(self, table: Table, idx: np.ndarray, fns: Tuple[Callable, ...] = (), start: int = 0) -> None:
         self.table = table
         self.idx = idx
         self.fns = fns
+        self.start = start  # the first row's place in the whole batch (a replica's slice starts later)
 
     @property
     def size(self) -> int:
         return len(self.idx)
 
     def slice(self, lo: int, hi: int) -> "LazyBatch":
-        return LazyBatch(self.table, self.idx[lo:hi], self.fns)
+        return LazyBatch(self.table, self.idx[lo:hi], self.fns, self.start + lo)
 
     def with_map(self, fn: Callable) -> "LazyBatch":
-        return LazyBatch(self.table, self.idx, self.fns + (fn,))
+        return LazyBatch(self.table, self.idx, self.fns + (fn,), self.start)
 
     def value(self) -> Any:
         out = self.table.gather(self.idx)
         for fn in self.fns:
-            out = to_structure(call_unpacked(fn, out))
+            at_row = getattr(fn, "at_row", None)  # a map whose random draws follow the rows' global place
+            out = to_structure(at_row(self.start, out) if at_row is not None else call_unpacked(fn, out))
         return out
 
 

@@ -295,15 +295,19 @@ class Dataset(DatasetOps):
         if spec is None:
             spec = self.__dict__.get("_spec_cache")
         if spec is None:
-            from distrib.data.iterator import DatasetIterator
-            from distrib.data.structure import spec_of
-
-            first = next(DatasetIterator(self, IterContext(self)), None)
-            if first is None:
-                raise ValueError("the dataset is empty, so its element_spec is unknown")
-            spec = spec_of(first)
+            spec = self._traced_spec()
             self.__dict__["_spec_cache"] = spec
         return spec
+
+    def _traced_spec(self) -> Any:
+        """The spec read from the first element (operators whose shapes vary say more: ``map``)."""
+        from distrib.data.iterator import DatasetIterator
+        from distrib.data.structure import spec_of
+
+        first = next(DatasetIterator(self, IterContext(self)), None)
+        if first is None:
+            raise ValueError("the dataset is empty, so its element_spec is unknown")
+        return spec_of(first)
 
     # -------------------------------------------------------------- iteration
     def _context(self) -> IterContext:

@@ -21,8 +21,10 @@ import torch
 
 from distrib.data.blocks import Block, LazyBatch, ListBlock, materialize
 from distrib.data.dataset import Dataset
+from distrib.data.map_spec import traced_map_spec
 from distrib.data.options import INFINITE, UNKNOWN, Options
-from distrib.data.stream import ALL, BlockIterator, IterContext
+from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
+from distrib.data.stream import ALL, BlockIterator, IterContext, mix_seed
 from distrib.data.structure import call_unpacked, to_structure
 
 __all__ = ["MapDataset", "FilterDataset", "TakeDataset", "SkipDataset", "ShardDataset",
@@ -73,24 +75,60 @@ class MapDataset(_Unary):
     def _static_spec(self) -> Any:
         return None
 
+    def _traced_spec(self) -> Any:
+        return traced_map_spec(self._input, self._fn)
+
     def _iterator(self, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
-        return _MapIterator(self._fn, _inner(self, ctx, lineage, state))
+        return _MapIterator(self._fn, _inner(self, ctx, lineage, state), _MapSeed(ctx, self), lineage, state)
+
+
+class _MapSeed:
+    """The map's seed for random ops in its function (`distrib.data.random_draws`).
+
+    ``torch.initial_seed()`` (what ``torch.manual_seed`` sets) mixed with the
+    map's place in the pipeline, recorded in the iterator's state: the same in
+    one process and in every worker of a job that seeds torch alike, so an
+    example's draws do not depend on the number of replicas.
+    """
+
+    def __init__(self, ctx: IterContext, node: MapDataset) -> None:
+        try:
+            index = ctx.index(node)
+        except KeyError:  # a dataset made inside another's function (flat_map): no place of its own
+            self._seed = mix_seed(torch.initial_seed())
+        else:
+            self._seed = ctx.seed(node, mix_seed(torch.initial_seed(), index), True)
+
+    def __call__(self) -> int:
+        return self._seed
 
 
 class _MapIterator(_Pass):
-    def __init__(self, fn: Callable, inner: BlockIterator) -> None:
+    def __init__(self, fn: Callable, inner: BlockIterator, seed: _MapSeed, lineage: Lineage,
+                 state: Optional[dict]) -> None:
         super().__init__(inner)
-        self._fn = fn
+        self._fn, self._seed, self._lineage = fn, seed, tuple(lineage)
+        self._count = int(state.get("n", 0)) if state else 0  # elements mapped: keys their random draws
+
+    def _key(self) -> ElementKey:
+        key = ElementKey(self._seed, self._lineage, self._count)
+        self._count += 1
+        return key
+
+    def _call(self, element: Any) -> Any:
+        return to_structure(call_keyed(self._fn, element, self._key()))
 
     def next_block(self, limit: int) -> Optional[Block]:
         block = self._in.next_block(limit)
         if block is None:
             return None
-        fn = self._fn
         if type(block) is ListBlock:
-            return ListBlock([x.with_map(fn) if type(x) is LazyBatch
-                              else to_structure(call_unpacked(fn, x)) for x in block.items])
-        return ListBlock([to_structure(call_unpacked(fn, e)) for e in block.elements()])
+            return ListBlock([x.with_map(RowKeyedCall(self._fn, self._key())) if type(x) is LazyBatch
+                              else self._call(x) for x in block.items])
+        return ListBlock([self._call(e) for e in block.elements()])
+
+    def state(self) -> dict:
+        return {"in": self._in.state(), "n": self._count} if self._count else {"in": self._in.state()}
 
 
 class FilterDataset(_Unary):

@@ -36,6 +36,7 @@ import torch
 from distrib.data.batching import UnbatchDataset
 from distrib.data.blocks import Block, ListBlock, build_batch, materialize
 from distrib.data.dataset import Dataset
+from distrib.data.ragged import RaggedList
 from distrib.data.element_state import END, DatasetSpec, ListDataset, Reader, input_spec
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, pull
@@ -183,10 +184,6 @@ class _RebatchIterator(BlockIterator):
 
 
 # ---------------------------------------------------------------- ragged_batch
-class RaggedList(list):
-    """A ragged component of a ``ragged_batch``: the list of its rows' tensors (shapes may differ)."""
-
-
 class RaggedSpec(TensorSpec):
     """The spec of a `RaggedList` component: ``shape[1:]`` has None where rows differ."""
 

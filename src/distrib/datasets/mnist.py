@@ -1,8 +1,10 @@
 """MNIST-shaped handwritten digits that need no download.
 
 `load_data()` mirrors ``tf.keras.datasets.mnist.load_data()``: it returns
-``(x_train, y_train), (x_test, y_test)`` as uint8 images of 28×28 and int64
-labels. Its source, in order:
+``(x_train, y_train), (x_test, y_test)`` as uint8 images of 28×28 and uint8
+labels, as Keras does (torch's own ``F.cross_entropy`` wants int64 labels:
+``y_train.astype("int64")``; distrib's losses and metrics take either). Its
+source, in order:
 
 1. ``path`` or the ``DISTRIB_MNIST`` environment variable pointing at a real
    MNIST file: Keras's ``mnist.npz`` (keys ``x_train``, ``y_train``,
@@ -17,8 +19,8 @@ labels. Its source, in order:
 
 Example:
     >>> (x_train, y_train), (x_test, y_test) = load_data()
-    >>> x_train.shape, x_train.dtype, int(y_train.max())
-    ((60000, 28, 28), dtype('uint8'), 9)
+    >>> x_train.shape, x_train.dtype, y_train.dtype, int(y_train.max())
+    ((60000, 28, 28), dtype('uint8'), dtype('uint8'), 9)
 """
 from __future__ import annotations
 
@@ -52,16 +54,16 @@ def _load_real(path: Path) -> Tuple[Split, Split]:
                 if f.exists():
                     return _read_idx(f)
             raise FileNotFoundError(f"MNIST directory {path} has no {stem}[.gz]")
-        return ((idx("train-images-idx3-ubyte"), idx("train-labels-idx1-ubyte").astype(np.int64)),
-                (idx("t10k-images-idx3-ubyte"), idx("t10k-labels-idx1-ubyte").astype(np.int64)))
+        return ((idx("train-images-idx3-ubyte"), idx("train-labels-idx1-ubyte")),
+                (idx("t10k-images-idx3-ubyte"), idx("t10k-labels-idx1-ubyte")))
     if not path.exists():
         raise FileNotFoundError(f"MNIST file {path} (from DISTRIB_MNIST or path=) does not exist")
     with np.load(path, allow_pickle=False) as data:
         missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
         if missing:
             raise ValueError(f"{path} is not Keras's mnist.npz: missing arrays {sorted(missing)}")
-        return ((data["x_train"], data["y_train"].astype(np.int64)),
-                (data["x_test"], data["y_test"].astype(np.int64)))
+        return ((data["x_train"], data["y_train"].astype(np.uint8)),
+                (data["x_test"], data["y_test"].astype(np.uint8)))
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -90,7 +92,7 @@ def _load_sklearn_digits() -> Tuple[Split, Split]:
     big = F.interpolate(small, size=(20, 20), mode="bilinear", align_corners=False).squeeze(1)
     images = np.zeros((len(big), 28, 28), dtype=np.uint8)
     images[:, 4:24, 4:24] = (big.clamp(0, 1).numpy() * 255).round().astype(np.uint8)
-    labels = digits.target.astype(np.int64)
+    labels = digits.target.astype(np.uint8)
     train = _shifted(images[:1500], labels[:1500], 60000, seed=0)
     test = _shifted(images[1500:], labels[1500:], 10000, seed=1)
     return train, test

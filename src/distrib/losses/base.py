@@ -113,14 +113,21 @@ class Loss:
 
         Example (2 replicas of 2 examples, ``"mse"``): each returns its
         local mean / 2, and the summed gradient is the one-process gradient.
+
+        A replica whose share of the batch is empty (a last partial batch with
+        fewer rows than replicas) contributes exactly 0, still connected to
+        the predictions so its backward pass runs: the mean of no losses
+        would be NaN.
         """
+        pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
+        if pred.dim() and pred.shape[0] == 0:
+            return _empty_share(pred)
         values, mask = self.call_with_mask(y_true, y_pred)
         loss = reduce_weighted(values, sample_weight, self.reduction, mask)
         if loss.dim():
             loss = loss.mean()  # Keras's compiled loss averages unreduced losses
         if self.reduction is Reduction.SUM and values.dim():
             return loss
-        pred = y_pred if isinstance(y_pred, torch.Tensor) else torch.as_tensor(y_pred)
         local = pred.shape[0] if pred.dim() else 1
         return loss if local == global_batch_size else loss * (local / global_batch_size)
 
@@ -138,6 +145,12 @@ class Loss:
         except ValueError:  # wrappers of functions and modules have no config
             config = {"name": self.name}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in config.items())})"
+
+
+def _empty_share(pred: torch.Tensor) -> torch.Tensor:
+    """A zero loss of ``pred``'s floating dtype, with a gradient path to ``pred`` when it has one."""
+    zero = pred.sum() if pred.is_floating_point() else torch.zeros((), device=pred.device)
+    return zero * 0.0
 
 
 class LossFunctionWrapper(Loss):

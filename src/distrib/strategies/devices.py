@@ -1,13 +1,17 @@
 """Device names a strategy accepts: torch's spellings, TF's, and CPU replica names.
 
-``"cuda:0"``, ``"/gpu:0"`` and ``"GPU:0"`` name the same GPU; ``"cpu:N"``
-names CPU replica N (one process each, sharing this machine's cores), which
-must exist on this machine (`cpu_replica_limit`).
+``"cuda:0"``, ``"/gpu:0"``, ``"GPU:0"``, ``"/device:GPU:0"`` and TF's full
+name ``"/job:localhost/replica:0/task:0/device:GPU:0"`` name the same GPU;
+``"cpu:N"`` (or ``"/device:CPU:N"``...) names CPU replica N (one process each,
+sharing this machine's cores), which must exist on this machine
+(`cpu_replica_limit`). A full name must be this process's
+(``/job:localhost/replica:0/task:0``): a strategy's device list names local
+devices.
 
 Example:
     >>> parse_device("/CPU:0")
     device(type='cpu')
-    >>> parse_replica_devices(["cpu:0", "cpu:1"])
+    >>> parse_replica_devices(["/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"])
     (['cpu:0', 'cpu:1'], [device(type='cpu'), device(type='cpu')])
 """
 from __future__ import annotations
@@ -18,15 +22,45 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import torch
 
 __all__ = ["parse_device", "check_cpu_index", "cpu_replica_limit", "parse_replica_device",
-           "parse_replica_devices"]
+           "parse_replica_devices", "local_device_text"]
+
+#: The job, replica and task parts of a TF device name that mean "this process".
+_LOCAL_PARTS = {"job": "localhost", "replica": "0", "task": "0"}
+
+
+def local_device_text(device: Union[str, torch.device]) -> str:
+    """A device name in torch's lower-case ``type[:index]`` form, from torch's or TF's spelling.
+
+    TF's ``/device:`` prefix and its ``/job:localhost/replica:0/task:0``
+    prefix are dropped (keeping the index); ``gpu`` becomes ``cuda``.
+
+    Example:
+        >>> local_device_text("/job:localhost/replica:0/task:0/device:CPU:1")
+        'cpu:1'
+
+    Raises:
+        ValueError: a full name with another job, replica or task than ``localhost``, 0, 0.
+    """
+    text = str(device).strip().lower()
+    if "/" in text.strip("/"):
+        parts = [p for p in text.split("/") if p]
+        for part in parts[:-1]:
+            key, _, value = part.partition(":")
+            if _LOCAL_PARTS.get(key) != value:
+                raise ValueError(
+                    f"device {str(device)!r} names {part!r}: a strategy takes this process's devices by their "
+                    "local names ('/device:CPU:0', 'cuda:0', or '/job:localhost/replica:0/task:0/device:CPU:0'); "
+                    "other tasks join through TF_CONFIG and MultiWorkerMirroredStrategy")
+        text = parts[-1]
+    text = text.lstrip("/")
+    if text.startswith("device:"):
+        text = text[len("device:"):]
+    return text.replace("gpu", "cuda")
 
 
 def parse_device(device: Union[str, torch.device]) -> torch.device:
     """Accept torch spellings and TF ones (``"/gpu:0"``, ``"/cpu:0"``, ``"GPU:1"``)."""
-    text = str(device).strip().lower()
-    if "/device:" in text:
-        text = text.split("/device:")[-1]
-    text = text.lstrip("/").replace("gpu", "cuda")
+    text = local_device_text(device)
     try:
         dev = torch.device(text)
     except RuntimeError:
@@ -71,8 +105,8 @@ def check_cpu_index(index: Optional[int], device: object) -> None:
 
 
 def parse_replica_device(spec: Any) -> Tuple[str, torch.device]:
-    """``"cpu:1"`` -> (label "cpu:1", torch cpu); ``"/gpu:0"``/``"cuda:0"`` -> cuda:0."""
-    text = str(spec).strip().lower().lstrip("/")
+    """``"cpu:1"`` (or ``"/device:CPU:1"``) -> (label "cpu:1", torch cpu); ``"/gpu:0"``/``"cuda:0"`` -> cuda:0."""
+    text = local_device_text(spec)
     if text.startswith("cpu"):
         index = text.partition(":")[2]
         if index and not index.isdigit():

@@ -38,8 +38,10 @@ import weakref
 from typing import TYPE_CHECKING, Dict, Iterator, List, Protocol, Tuple
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from distrib import hooks
+from distrib.comm.optimizer_hook import register_unreplicated
 from distrib.strategies import context
 from distrib.strategies.batch_norm import synchronize_batch_norm
 from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
@@ -79,6 +81,8 @@ class ScopeTracker:
         self._hooks: list = []
         self._forward_hook = None
         self._unaveraged: "List[weakref.ref[torch.Tensor]]" = []
+        self._lazy: Dict[int, List[_Slot]] = {}  # lazy modules' tensors waiting for their first forward
+        self._lazy_hooks: Dict[int, "torch.utils.hooks.RemovableHandle"] = {}
         self._unsaid: Dict[str, None] = {}  # Keras random layers found and not named yet (in order)
         self._said: set = set()
 
@@ -145,7 +149,7 @@ class ScopeTracker:
         on a GPU as on the CPU (the values `module.to(device)` would give).
         """
         device = self._strategy.device
-        if t.device == device or isinstance(t, torch.nn.parameter.UninitializedParameter):
+        if t.device == device or is_lazy(t):
             return t
         with torch.no_grad():
             moved = t.detach().to(device)
@@ -247,7 +251,10 @@ class ScopeTracker:
                 continue
             modules.setdefault(id(mod), mod)
             t = (mod._parameters if kind == "param" else mod._buffers).get(name)
-            if t is None or id(t) in seen or isinstance(t, torch.nn.parameter.UninitializedParameter):
+            if t is None or id(t) in seen:
+                continue
+            if is_lazy(t):
+                self._wait_for_materialization(mod, (ref, kind, name))
                 continue
             t = self._place(mod, kind, name, t)
             seen.add(id(t))
@@ -257,6 +264,8 @@ class ScopeTracker:
                 self._tracked_params.append(weakref.ref(t))
                 new_params.append(t)
         if not self._replicated:
+            if new_params:  # a one-replica strategy's model trains alone, also in a worker of a larger job
+                register_unreplicated(new_params)
             return
         _broadcast_coalesced(self._strategy.collective, tensors)
         sync = self._strategy._gradient_synchronizer()
@@ -272,6 +281,29 @@ class ScopeTracker:
             for mod in modules.values():
                 if synchronize_batch_norm(mod, strategy_ref) and state is not None:
                     state.exclude([t for t in (mod.running_mean, mod.running_var) if t is not None])
+
+    def _wait_for_materialization(self, module: torch.nn.Module, slot: _Slot) -> None:
+        """Keep a lazy module's tensor pending until its first forward gives it a shape.
+
+        torch's ``LazyLinear``/``LazyConv2d``/``LazyBatchNorm2d`` (Keras's deferred
+        build) create their parameters in a forward pre-hook registered at
+        construction; this hook, registered later, runs right after it, so the
+        new tensors are placed and broadcast before the layer computes.
+        """
+        with self._lock:
+            waiting = self._lazy.setdefault(id(module), [])
+            waiting.append(slot)
+            if id(module) not in self._lazy_hooks:
+                self._lazy_hooks[id(module)] = module.register_forward_pre_hook(self._on_materialized)
+
+    def _on_materialized(self, module: torch.nn.Module, args: tuple) -> None:
+        with self._lock:
+            handle = self._lazy_hooks.pop(id(module), None)
+            slots = self._lazy.pop(id(module), [])
+            self._pending.extend(slots)
+        if handle is not None:
+            handle.remove()
+        self.synchronize()
 
     def tracked_parameters(self) -> List[torch.nn.Parameter]:
         return [p for p in (r() for r in self._tracked_params) if p is not None]

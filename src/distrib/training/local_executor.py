@@ -53,8 +53,8 @@ class _LocalEval:
 
     def __init__(self, handler: DataHandler, steps: Optional[int]) -> None:
         self.handler = handler
-        self.steps = steps
-        self.log_every = default_log_every(steps if steps is not None else handler.steps_per_pass)
+        self.steps = steps if steps is not None else handler.steps_per_pass  # known: the bar shows 32/32
+        self.log_every = default_log_every(self.steps)
 
     def iterator(self) -> Iterator[Any]:
         return self.handler.make_iterator()

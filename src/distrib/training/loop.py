@@ -168,8 +168,9 @@ class TrainingLoop:
                 f"under {type(self.strategy).__name__}: create (and compile) the model inside the scope of "
                 "the strategy that runs it")
         # Only training alone is refused: evaluating/predicting an unreplicated model is TF's behaviour too.
-        # In a local-replica process an unreplicated model trains as in TF's one process (replica_process).
-        if (what == "fit" and self.strategy.num_replicas_in_sync == 1 and _distributed_world_size() > 1
+        # In a local-replica process an unreplicated model trains as in TF's one process (replica_process);
+        # one made in a OneDeviceStrategy's scope trains alone in each worker on purpose, as in TF.
+        if (what == "fit" and context.is_default_strategy(self.strategy) and _distributed_world_size() > 1
                 and replica_process.current() is None):
             raise RuntimeError(
                 f"model.{what}(): this process is one of {_distributed_world_size()} workers but the model was "

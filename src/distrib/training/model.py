@@ -281,6 +281,7 @@ class Model:
         examples, before shuffling, as validation data when no
         ``validation_data`` is given.
         """
+        _hint_if_alone_on_a_busy_machine(self._loop.strategy)
         return self._loop.fit(x=x, y=y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                               callbacks=callbacks, validation_data=validation_data,
                               validation_steps=validation_steps, validation_freq=validation_freq,
@@ -380,3 +381,13 @@ class Model:
 
         save(self, filepath, input_signature=input_signature)
 
+
+def _hint_if_alone_on_a_busy_machine(strategy: "Strategy") -> None:
+    """`distrib.config.threading.warn_if_oversubscribed` for a lone process (not a replica, not a worker)."""
+    from distrib.config.threading import warn_if_oversubscribed
+    from distrib.strategies import replica_process
+
+    dist = torch.distributed
+    if (strategy.num_replicas_in_sync == 1 and replica_process.current() is None
+            and not (dist.is_available() and dist.is_initialized())):
+        warn_if_oversubscribed()
