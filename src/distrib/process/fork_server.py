@@ -140,6 +140,9 @@ def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[i
         if stream is not None and not stream.write_through:
             stream.reconfigure(line_buffering=stream.isatty() or stream is sys.stderr)
     os.chdir(request["cwd"])
+    preloaded = sys.modules.get("distrib")
+    if preloaded is not None:  # what `import distrib` records in a new process started there
+        preloaded._START_DIRECTORY = request["cwd"]
     os.environ.clear()
     os.environ.update(request["env"])
     _fresh_generators()
