@@ -87,9 +87,9 @@ def save_with_failing_worker(directory):
 
     strategy = distrib.MultiWorkerMirroredStrategy()
     if strategy.replica_id == 1:
-        def broken(self, name, data):
+        def broken(self, name, produce):
             raise OSError("no space left on device")
-        storage.AtomicDirectory.write_bytes = broken
+        storage.AtomicDirectory.write_with = broken
     with strategy.scope():
         model = torch.nn.Linear(2, 2)
         manager = distrib.train.CheckpointManager(distrib.train.Checkpoint(model=model), directory, max_to_keep=1)

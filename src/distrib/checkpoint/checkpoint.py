@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from distrib.errors import DistribError
 
-import copy
 import warnings
 from typing import Any, Dict, List, Optional
 
@@ -31,8 +30,10 @@ import torch
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.discovery import older_siblings
-from distrib.checkpoint.format import UnsafeFileError, dumps_state, loads_state
+from distrib.checkpoint.format import UnsafeFileError
+from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.optimizer_state import check_optimizer_state
+from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 from distrib.checkpoint.variable import Variable
@@ -201,7 +202,7 @@ class Checkpoint:
             meta = {"save_counter": int(self.save_counter), "world_size": role.num_replicas_in_sync}
             meta.update(info or {})
             with storage.AtomicDirectory(target, meta) as d:
-                d.write_bytes(STATE_FILE, dumps_state(state))
+                d.write_state(STATE_FILE, state)
         except Exception as exc:  # reported to every worker below
             error = f"{role.who} could not write checkpoint {target or path}: {_first_line(exc)}"
             if role.num_replicas_in_sync <= 1:
@@ -256,18 +257,26 @@ class Checkpoint:
         """
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
-        data = storage.read_verified(path, STATE_FILE, manifest)
-        state = loads_state(data, name=storage.join(path, STATE_FILE))
-        if not isinstance(state, dict):
-            raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(state).__name__})")
-        before = copy.deepcopy(self.state_dict())
-        try:
-            missing, unused = self._apply(state, where=path)
-        except BaseException:
-            self._apply(before, where="the state before the failed restore")
-            raise
+        outcome: Dict[str, Any] = {}
+
+        def apply(state: Dict[str, Any]) -> None:
+            where = "the state before the failed restore" if outcome.get("failed") else path
+            try:
+                outcome["result"] = self._apply(state, where=where)
+            except BaseException:
+                outcome["failed"] = True
+                raise
+
+        with StateFile(path, STATE_FILE, manifest) as state_file:
+            planned, _ = restore_in_place(state_file, self.state_dict(), self._verbatim_tensors, apply)
+        if not isinstance(planned, dict):
+            raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(planned).__name__})")
+        missing, unused = outcome["result"]
         restored = [n for n in self._objects if n not in missing]
         return CheckpointLoadStatus(path, restored, missing, unused)
+
+    def _verbatim_tensors(self) -> List[torch.Tensor]:
+        return [t for obj in self._objects.values() for t in verbatim_tensors(obj)]
 
     def __repr__(self) -> str:
         return f"Checkpoint({', '.join(self._objects)}; save_counter={int(self.save_counter)})"

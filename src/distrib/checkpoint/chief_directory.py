@@ -10,7 +10,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Union
 
 from distrib.checkpoint import storage
 from distrib.strategies import replica_process
@@ -18,12 +18,24 @@ from distrib.strategies import replica_process
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["write_directory"]
+__all__ = ["write_directory", "NestedState"]
 
 
-def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, bytes], info: Dict[str, Any],
+class NestedState:
+    """A file's content given as a nested state (see `distrib.checkpoint.format`), written a tensor at a time."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+
+def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Union[bytes, NestedState]],
+                    info: Dict[str, Any],
                     overwrite: bool = True, who: str = "save") -> None:
     """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
+
+    A file given as a `NestedState` is streamed (no copy of the state is made).
 
     Collective under a multi-replica strategy: every worker calls it with the
     same ``files``; the others write to private temporary directories removed
@@ -40,7 +52,10 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, byt
     try:
         with storage.AtomicDirectory(write_path, info=info) as directory:
             for name, data in files.items():
-                directory.write_bytes(name, data)
+                if isinstance(data, NestedState):
+                    directory.write_state(name, data.state)
+                else:
+                    directory.write_bytes(name, data)
     finally:
         storage.remove_write_path(filepath, write_path)
     if strategy.num_replicas_in_sync > 1:

@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
-from distrib.checkpoint.format import loads_state
+from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
 __all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid", "check_payload", "older_siblings"]
@@ -69,9 +69,10 @@ def check_payload(path: str) -> None:
     """
     manifest = storage.read_manifest(path)
     for name in manifest["files"]:
-        data = storage.read_verified(path, name, manifest)
-        if name.endswith(".safetensors"):
-            loads_state(data, name=storage.join(path, name))
+        with StateFile(path, name, manifest) as checked:
+            checked.verify()  # through one buffer: a 6 GiB file costs 16 MiB, not 12 GiB
+            if name.endswith(".safetensors"):
+                checked.plan()  # header and skeleton, not the tensors
 
 
 def older_siblings(path: str) -> List[str]:

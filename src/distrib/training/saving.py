@@ -50,8 +50,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.chief_directory import write_directory
-from distrib.checkpoint.format import dumps_state
+from distrib.checkpoint.chief_directory import NestedState, write_directory
 from distrib.training import keras_io
 from distrib.training.architecture import describe
 from distrib.training.serialization import importable_path
@@ -145,6 +144,5 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
     state = {"module": module_weights(model.module),
              "optimizer": None if optimizer is None else optimizer.state_dict()}
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
-    state_bytes = dumps_state(state)
-    write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: state_bytes},
+    write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: NestedState(state)},
                     {"kind": FORMAT, "name": model.name}, overwrite, who="model.save")

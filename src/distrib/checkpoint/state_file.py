@@ -1,0 +1,250 @@
+"""A checkpoint's state file, checked against its manifest while it streams by.
+
+`read_state_verified` reads a state in ONE pass: every tensor is allocated
+at its own size and filled straight from the file while the file's sha256 is
+computed; only when the last byte matched the manifest is the state decoded
+and returned. Memory: the state itself plus one read buffer -- not the two or
+three copies of the file that reading it whole, joining and parsing cost.
+
+`StateFile` serves a restore into live objects, which must not change
+anything before the file is known to be intact: `StateFile.verify` hashes
+the whole file through a fixed buffer (nothing kept), `StateFile.plan`
+decodes the skeleton with `TensorRef` stand-ins instead of data, and
+`StateFile.stream_into` then reads each tensor straight into the memory it
+restores, hashing again so that a file changed in between is caught.
+
+Example:
+    >>> manifest = storage.read_manifest("/ckpts/ckpt-3")
+    >>> state = read_state_verified("/ckpts/ckpt-3", "state.safetensors", manifest)
+    >>> with StateFile("/ckpts/ckpt-3", "state.safetensors", manifest) as f:
+    ...     f.verify()                          # sha256 over the file, 16 MiB at a time
+    ...     refs = f.plan()                     # the state, with TensorRef(name, shape, dtype) leaves
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, BinaryIO, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from distrib.checkpoint.errors import CorruptCheckpointError, UnsafeFileError
+from distrib.checkpoint.format import decode_state, read_tensors
+from distrib.checkpoint.fs import join
+from distrib.checkpoint.manifest import check_file_name, open_checked
+from distrib.checkpoint.safetensors_io import CHUNK_BYTES, Header, TensorEntry, byte_view, read_header
+
+__all__ = ["TensorRef", "StateFile", "read_state_verified", "verify_file"]
+
+
+class TensorRef:
+    """A stand-in for a tensor of the file not read yet: which one, its shape and dtype."""
+
+    __slots__ = ("entry", "as_numpy")
+
+    def __init__(self, entry: TensorEntry, as_numpy: bool = False) -> None:
+        self.entry = entry
+        self.as_numpy = as_numpy
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.entry.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.entry.dtype
+
+    def numpy(self) -> "TensorRef":
+        """The reference as the skeleton's ``ndarray`` node asks for it."""
+        return TensorRef(self.entry, as_numpy=True)
+
+    def __repr__(self) -> str:
+        return f"TensorRef({self.name!r}, {tuple(self.shape)}, {self.dtype})"
+
+
+def _entry_of(path: str, name: str, manifest: Mapping[str, Any]) -> Dict[str, Any]:
+    entry = manifest["files"].get(name)
+    if entry is None:
+        raise CorruptCheckpointError(f"{path}: checkpoint has no file {name!r}")
+    check_file_name(path, name)
+    return entry
+
+
+class StateFile:
+    """File ``name`` of the checkpoint at ``path``, opened to be checked and read (a context manager).
+
+    Raises (on entry):
+        CorruptCheckpointError: the file is not in the manifest, missing, not
+            a regular file inside the checkpoint, or not the size the manifest says.
+    """
+
+    def __init__(self, path: str, name: str, manifest: Mapping[str, Any]) -> None:
+        self.path, self.name = str(path), name
+        self.where = join(self.path, name)
+        self._entry = _entry_of(self.path, name, manifest)
+        self._handle: Optional[BinaryIO] = None
+        self._header: Optional[Header] = None
+
+    def __enter__(self) -> "StateFile":
+        try:
+            handle, size = open_checked(self.path, self.name)
+        except FileNotFoundError:
+            raise CorruptCheckpointError(f"{self.where}: file listed in the manifest is missing") from None
+        if size != self._entry["size"]:
+            handle.close()
+            raise CorruptCheckpointError(
+                f"{self.where}: truncated or extended ({size} bytes, manifest says {self._entry['size']})")
+        self._handle = handle
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    @property
+    def _file(self) -> BinaryIO:
+        if self._handle is None:
+            raise RuntimeError(f"{self.where}: StateFile used outside its with-block")
+        return self._handle
+
+    # ------------------------------------------------------------ checks
+    def verify(self) -> None:
+        """Hash the whole file through one fixed buffer and compare with the manifest.
+
+        Raises:
+            CorruptCheckpointError: the contents do not match (or the file changed size).
+        """
+        self._file.seek(0)
+        digest, size = _hash_stream(self._file)
+        self._check(digest, size)
+
+    def _check(self, digest: str, size: int) -> None:
+        if size != self._entry["size"]:
+            raise CorruptCheckpointError(f"{self.where}: truncated or extended while it was read ({size} bytes, "
+                                         f"manifest says {self._entry['size']})")
+        if digest != self._entry["sha256"]:
+            raise CorruptCheckpointError(f"{self.where}: contents do not match the manifest's sha256 (corrupted)")
+
+    @property
+    def header(self) -> Header:
+        """The file's checked safetensors header (read once)."""
+        if self._header is None:
+            self._file.seek(0)
+            self._header = read_header(self._file, self._entry["size"], self.where)
+        return self._header
+
+    def plan(self) -> Any:
+        """The state with a `TensorRef` wherever a tensor (or numpy array) will go; reads no tensor data.
+
+        Raises:
+            UnsafeFileError: the header or the skeleton is malformed or forged.
+        """
+        refs = {name: TensorRef(entry) for name, entry in self.header.entries.items()}
+        return decode_state(self.header.metadata, refs, self.where)
+
+    # ------------------------------------------------------------ reading
+    def read(self, names: Any) -> Dict[str, torch.Tensor]:
+        """The tensors named, each read into a new CPU tensor (no hashing: `verify` first)."""
+        out = {}
+        for name in names:
+            entry = self.header.entries[name]
+            out[name] = entry.empty()
+            entry.read_into(self._file, out[name], self.header.data_start)
+        return out
+
+    def stream_into(self, targets: Mapping[str, torch.Tensor]) -> None:
+        """Read the file once, front to back, writing each tensor named in ``targets`` into its target.
+
+        A contiguous CPU target of the entry's dtype is filled in place; any
+        other (a GPU tensor, a strided view) through one buffer of its size.
+        The bytes are hashed as they pass, and checked at the end.
+
+        Raises:
+            CorruptCheckpointError: the file no longer matches the manifest (it
+                changed since `verify`): the targets then hold part of it.
+        """
+        digest = hashlib.sha256()
+        handle = self._file
+        handle.seek(0)
+        head = handle.read(self.header.data_start)
+        digest.update(head)
+        size = len(head)
+        for entry in self.header.in_file_order():
+            target = targets.get(entry.name)
+            direct = (target is not None and target.device.type == "cpu" and target.is_contiguous()
+                      and target.dtype == entry.dtype)
+            buffer = target.detach() if direct else (entry.empty() if target is not None else None)
+            if buffer is None:
+                size += _hash_span(handle, entry.nbytes, digest)
+                continue
+            entry.read_into(handle, buffer, self.header.data_start, digest.update, seek=False)
+            size += entry.nbytes
+            if not direct:
+                with torch.no_grad():
+                    target.copy_(buffer.view(target.shape))
+        size += _hash_span(handle, None, digest)
+        self._check(digest.hexdigest(), size)
+
+
+def _hash_stream(handle: BinaryIO) -> Tuple[str, int]:
+    digest = hashlib.sha256()
+    size = _hash_span(handle, None, digest)
+    return digest.hexdigest(), size
+
+
+def _hash_span(handle: BinaryIO, length: Optional[int], digest: Any) -> int:
+    """Hash ``length`` bytes (None: to the end) from ``handle`` through one buffer; returns the bytes seen."""
+    buffer = bytearray(min(CHUNK_BYTES, length) if length is not None else CHUNK_BYTES)
+    view, seen = memoryview(buffer), 0
+    while length is None or seen < length:
+        want = len(view) if length is None else min(len(view), length - seen)
+        n = handle.readinto(view[:want]) if hasattr(handle, "readinto") else _copy_into(handle, view[:want])
+        if not n:
+            break
+        digest.update(view[:n])
+        seen += n
+    return seen
+
+
+def _copy_into(handle: BinaryIO, view: memoryview) -> int:
+    data = handle.read(len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
+def verify_file(path: str, name: str, manifest: Mapping[str, Any]) -> None:
+    """Check file ``name`` of checkpoint ``path`` against the manifest in bounded memory.
+
+    Raises:
+        CorruptCheckpointError: missing, the wrong size, or altered.
+    """
+    with StateFile(path, name, manifest) as f:
+        f.verify()
+
+
+def read_state_verified(path: str, name: str, manifest: Mapping[str, Any], device: Any = "cpu") -> Any:
+    """The state in file ``name`` of checkpoint ``path``, read in one pass and checked against the manifest.
+
+    Raises:
+        CorruptCheckpointError: the file is missing, the wrong size or altered
+            (reported before any problem with its contents).
+        UnsafeFileError: the file is intact but is not a distrib state file.
+    """
+    with StateFile(path, name, manifest) as f:
+        handle = f._file
+        digest = hashlib.sha256()
+        try:
+            header = read_header(handle, f._entry["size"], f.where, digest.update)
+            tensors = read_tensors(handle, header, digest.update, device)
+        except UnsafeFileError:
+            handle.seek(0)
+            f._check(*_hash_stream(handle))  # damage is named as damage, not as a malformed file
+            raise
+        size = header.data_start + sum(e.nbytes for e in header.entries.values())
+        size += _hash_span(handle, None, digest)  # nothing, unless the file grew since it was opened
+        f._check(digest.hexdigest(), size)
+    return decode_state(header.metadata, tensors, f.where)
