@@ -41,7 +41,7 @@ replays the steps since from a survivor's log.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
@@ -70,6 +70,9 @@ class _ModelState:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.model.load_state_dict(state)
+
+    def tensors_restored_verbatim(self) -> List[Any]:
+        return self.model.tensors_restored_verbatim()
 
 
 class BackupAndRestore(Callback):

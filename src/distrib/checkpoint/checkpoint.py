@@ -268,7 +268,12 @@ class Checkpoint:
                 raise
 
         with StateFile(path, STATE_FILE, manifest) as state_file:
-            planned, _ = restore_in_place(state_file, self.state_dict(), self._verbatim_tensors, apply)
+            try:
+                planned, _ = restore_in_place(state_file, self.state_dict(), self._verbatim_tensors, apply)
+            except MemoryError:  # e.g. a forged tensor that fits no tracked object, too large to read
+                raise CheckpointRestoreError(
+                    f"{path}: not enough memory to read its tensors that fit no tracked object in place "
+                    f"(a {manifest['files'][STATE_FILE]['size']}-byte file)") from None
         if not isinstance(planned, dict):
             raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(planned).__name__})")
         missing, unused = outcome["result"]

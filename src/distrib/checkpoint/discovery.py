@@ -27,6 +27,7 @@ from typing import List, Optional, Tuple
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
+from distrib.checkpoint.errors import UnsafeFileError
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
@@ -72,7 +73,10 @@ def check_payload(path: str) -> None:
         with StateFile(path, name, manifest) as checked:
             checked.verify()  # through one buffer: a 6 GiB file costs 16 MiB, not 12 GiB
             if name.endswith(".safetensors"):
-                checked.plan()  # header and skeleton, not the tensors
+                planned = checked.plan()  # header and skeleton, not the tensors
+                if not isinstance(planned, dict):  # every state distrib saves in a checkpoint is a dict
+                    raise UnsafeFileError(f"{checked.where}: not a Checkpoint or model state (it holds a "
+                                          f"{type(planned).__name__})")
 
 
 def older_siblings(path: str) -> List[str]:

@@ -36,7 +36,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.agreement import chief_decides
+from distrib.checkpoint.agreement import AgreementError, chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.format import freeze_state, loads_state
@@ -65,6 +65,12 @@ def _checked_index(index: Any) -> Dict[str, Any]:
     if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
         raise ValueError("'last_preserved_time' is not a number")
     return {"preserved": preserved, "last_preserved_time": float(when)}
+
+
+def _number(path: str) -> int:
+    """The ``N`` of a ``<name>-N`` path (-1 if it has none)."""
+    tail = str(path).rstrip("/").rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def _value(counter: Any) -> int:
@@ -282,10 +288,13 @@ class CheckpointManager:
 
     # ----------------------------------------------------------- restore
     def restore_or_initialize(self) -> Optional[str]:
-        """Restore the latest checkpoint and return its path, else call ``init_fn`` and return None.
+        """Restore the latest checkpoint and return the path restored, else call ``init_fn`` and return None.
 
         Collective under a multi-worker strategy: every worker restores the
-        checkpoint the chief found.
+        checkpoint the chief found. If that one does not restore (its values do
+        not fit the objects), `Checkpoint.restore` warns and restores the newest
+        older one that does: that is the path returned, and the one
+        `latest_checkpoint` names from then on.
         """
         path = self._latest
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
@@ -300,11 +309,24 @@ class CheckpointManager:
                 restored()
             path = PEER_SNAPSHOT
         elif path is not None:
-            self._checkpoint.restore(path)
+            path = self._restored(role, self._checkpoint.restore(path).path)
         elif self._init_fn is not None:
             self._init_fn()
         if self.snapshot_on_save:
             self.keep_snapshot()  # elastic: a replacement can start from here
+        return path
+
+    def _restored(self, role: Any, path: Optional[str]) -> Optional[str]:
+        """Make ``path`` (what `Checkpoint.restore` fell back to, if it did) the latest; the same everywhere."""
+        if role.num_replicas_in_sync > 1:
+            paths = role.collective.all_gather_json(path)
+            if len(set(paths)) != 1:
+                raise AgreementError(f"CheckpointManager.restore_or_initialize: the workers restored different "
+                                     f"checkpoints ({', '.join(f'replica {i}: {p}' for i, p in enumerate(paths))})")
+        if path is not None and path != self._latest:
+            newer = [p for p in self._checkpoints if p != path and _number(p) > _number(path)]
+            self._checkpoints = [p for p in self._checkpoints if p not in newer]
+            self._latest = path
         return path
 
     def __repr__(self) -> str:

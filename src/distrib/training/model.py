@@ -310,6 +310,15 @@ class Model:
         """Restore what `state_dict` returned (compile first to restore the optimizer)."""
         model_state.load_model_state(self._loop, state)
 
+    def tensors_restored_verbatim(self) -> List[torch.Tensor]:
+        """The module's and optimizer's tensors, which `load_state_dict` sets to the saved values unchanged.
+
+        A `distrib.train.Checkpoint` restores these straight from the file
+        (see `distrib.checkpoint.inplace_restore`); metric states are not
+        among them, since a restore may zero them on all replicas but the first.
+        """
+        return model_state.verbatim_model_tensors(self._loop)
+
     def get_weights(self) -> List[np.ndarray]:
         """The module's parameters and buffers as numpy arrays, in ``state_dict`` order."""
         return model_state.get_weights(self.module)
