@@ -48,6 +48,7 @@ __all__ = [
     "freeze_state",
     "FrozenState",
     "decode_state",
+    "copy_state",
     "encode_state",
     "save_state",
     "load_state",
@@ -259,6 +260,15 @@ def freeze_state(state: Any) -> FrozenState:
         TypeError: what `dumps_state` would refuse, named by its path, now rather than at serialisation.
     """
     return FrozenState(_copy(state, "state"))
+
+
+def copy_state(state: Any) -> Any:
+    """A copy of ``state`` nothing else holds: tensors copied to the CPU, arrays and containers copied.
+
+    Raises:
+        TypeError: what `dumps_state` would refuse, named by its path.
+    """
+    return _copy(state, "state")
 
 
 def _copy(value: Any, path: str) -> Any:

@@ -25,13 +25,13 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.chief_directory import NestedState, write_directory
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
+from distrib.checkpoint.format import copy_state, load_state
 from distrib.checkpoint.fs import url_to_fs
 from distrib.training.errors import WeightsMismatchError
 
@@ -51,11 +51,20 @@ def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in module.state_dict().items()}  # the writer copies one tensor at a time
 
 
-def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True) -> None:
-    """Implementation of `Model.save_weights` (see the module docstring)."""
+def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True,
+                 background: bool = False) -> Optional[PendingDirectory]:
+    """Implementation of `Model.save_weights` (see the module docstring).
+
+    ``background=True`` copies the weights now and writes the copy on a
+    thread; the caller waits for the returned `PendingDirectory` (`ModelCheckpoint` does).
+    """
     filepath = str(filepath).rstrip("/")
-    write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: NestedState(_weights(model.module))},
-                    {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights")
+    weights = _weights(model.module)
+    if background:
+        weights = copy_state(weights)
+    return write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: NestedState(weights)},
+                           {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights",
+                           background=background)
 
 
 def read_weights(filepath: str) -> Dict[str, torch.Tensor]:
