@@ -223,3 +223,24 @@ def test_save_and_restore_fit_in_half_the_state_size_of_extra_memory(tmp_path):
     assert restored.returncode == 0, restored.stderr[-2000:]
     assert saved.stdout.split()[1] == restored.stdout.split()[1]  # seed 2's weights became seed 1's
     assert int(saved.stdout.split()[3]) > 100 * 2**20
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_model_and_optimizer_restore_through_one_tensor_buffers(tmp_path):
+    def trained(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.Linear(6, 2)).cuda()
+        opt = torch.optim.Adam(model.parameters(), lr=0.05)
+        model(torch.randn(8, 3, device="cuda")).pow(2).sum().backward()
+        opt.step()
+        return model, opt
+
+    model, opt = trained(0)
+    path = Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "ckpt-1"))
+    live, live_opt = trained(1)
+    pointers = [p.data_ptr() for p in live.parameters()]
+    Checkpoint(model=live, optimizer=live_opt).restore(path).assert_consumed()
+    assert _same(live.state_dict(), model.state_dict()) and [p.data_ptr() for p in live.parameters()] == pointers
+    assert all(s["exp_avg"].is_cuda for s in live_opt.state.values())
+    assert all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(live_opt.state.values(), opt.state.values()))
