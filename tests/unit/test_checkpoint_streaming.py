@@ -244,3 +244,16 @@ def test_a_cuda_model_and_optimizer_restore_through_one_tensor_buffers(tmp_path)
     assert _same(live.state_dict(), model.state_dict()) and [p.data_ptr() for p in live.parameters()] == pointers
     assert all(s["exp_avg"].is_cuda for s in live_opt.state.values())
     assert all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(live_opt.state.values(), opt.state.values()))
+
+
+def test_what_no_tracked_object_takes_is_not_read(tmp_path, monkeypatch):
+    model, opt = _trained(0)
+    path = Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "ckpt-1"))
+    read_aside = []
+    real = state_file_module.StateFile.read
+    monkeypatch.setattr(state_file_module.StateFile, "read",
+                        lambda self, names: read_aside.extend(names) or real(self, names))
+    live, _ = _trained(4)
+    status = Checkpoint(model=live).restore(path)  # the optimizer's state stays in the file
+    assert status.unused == ["optimizer"] and _same(live.state_dict(), model.state_dict())
+    assert not [n for n in read_aside if "optimizer" in n]

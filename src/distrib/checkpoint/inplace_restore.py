@@ -9,7 +9,8 @@ twice (three times with the copy kept to undo a failed restore). Instead:
    parameters and buffers, an optimizer's state, a tracked tensor (see
    `verbatim_tensors`) -- of the same shape and dtype is *matched* with the
    live tensor it restores; the few others (counters, RNG states, anything
-   that does not match) are read into new tensors;
+   that does not match) are read into new tensors, and what no tracked object
+   takes is not read at all;
 3. ``load_state_dict`` runs on every object with the matched live tensors in
    place of the saved ones: it checks everything (keys, shapes, optimizer
    groups, the objects' own rules) but changes no matched value. If anything
@@ -127,9 +128,12 @@ def restore_in_place(state_file: StateFile, live: Dict[str, Any], verbatim: Call
     planned = state_file.plan()
     if not isinstance(planned, dict):
         return planned, None
-    targets = match_targets(planned, {k: v for k, v in live.items() if k in planned}, verbatim())
-    others = state_file.read([n for n in state_file.header.entries if n not in targets])
-    state = _decode(state_file, {**others, **targets})
+    restored = {k: v for k, v in planned.items() if k in live}  # what no object takes is never read
+    targets = match_targets(restored, live, verbatim())
+    needed = {leaf.name for leaf in _leaves(restored) if isinstance(leaf, TensorRef)}
+    others = state_file.read(sorted(needed - set(targets)))
+    unread = {n: TensorRef(e) for n, e in state_file.header.entries.items() if n not in needed}
+    state = _decode(state_file, {**unread, **others, **targets})
     target_keys = {_key(t) for t in targets.values()}
     undo = copy.deepcopy({k: v for k, v in live.items() if k in planned},  # the matched tensors are not copied
                          memo={id(t): t for t in _leaves(live)
@@ -147,7 +151,7 @@ def restore_in_place(state_file: StateFile, live: Dict[str, Any], verbatim: Call
         raise CorruptCheckpointError(f"{exc}; it changed while it was restored, and the restored objects hold "
                                      f"part of it") from None
     if moved:  # an object let go of a matched tensor while applying: give it the values themselves
-        result = apply(_decode(state_file, {**others, **targets, **moved}))
+        result = apply(_decode(state_file, {**unread, **others, **targets, **moved}))
     return planned, result
 
 

@@ -156,6 +156,28 @@ class StateFile:
             entry.read_into(self._file, out[name], self.header.data_start)
         return out
 
+    def read_all(self, device: Any = "cpu") -> Any:
+        """The whole state, in one pass: each tensor read at its size while the file is hashed.
+
+        Raises:
+            CorruptCheckpointError: the file does not match the manifest (named
+                as damage even when the damage also makes it unreadable).
+            UnsafeFileError: the file is intact but not a distrib state file.
+        """
+        handle, digest = self._file, hashlib.sha256()
+        handle.seek(0)
+        try:
+            header = read_header(handle, self._entry["size"], self.where, digest.update)
+            tensors = read_tensors(handle, header, digest.update, device)
+        except UnsafeFileError:
+            handle.seek(0)
+            self._check(*_hash_stream(handle))
+            raise
+        size = header.data_start + sum(e.nbytes for e in header.entries.values())
+        size += _hash_span(handle, None, digest)  # nothing, unless the file grew since it was opened
+        self._check(digest.hexdigest(), size)
+        return decode_state(header.metadata, tensors, self.where)
+
     def stream_into(self, targets: Mapping[str, torch.Tensor]) -> None:
         """Read the file once, front to back, writing each tensor named in ``targets`` into its target.
 
@@ -235,16 +257,4 @@ def read_state_verified(path: str, name: str, manifest: Mapping[str, Any], devic
         UnsafeFileError: the file is intact but is not a distrib state file.
     """
     with StateFile(path, name, manifest) as f:
-        handle = f._file
-        digest = hashlib.sha256()
-        try:
-            header = read_header(handle, f._entry["size"], f.where, digest.update)
-            tensors = read_tensors(handle, header, digest.update, device)
-        except UnsafeFileError:
-            handle.seek(0)
-            f._check(*_hash_stream(handle))  # damage is named as damage, not as a malformed file
-            raise
-        size = header.data_start + sum(e.nbytes for e in header.entries.values())
-        size += _hash_span(handle, None, digest)  # nothing, unless the file grew since it was opened
-        f._check(digest.hexdigest(), size)
-    return decode_state(header.metadata, tensors, f.where)
+        return f.read_all(device)
