@@ -127,7 +127,25 @@ def _forge(path, change):
     open(os.path.join(path, "COMPLETE"), "wb").write(hashlib.sha256(mbytes).hexdigest().encode())
 
 
-def test_a_file_changed_while_it_is_restored_is_caught_and_the_older_one_restored(tmp_path, monkeypatch):
+def _fine_grained_times(directory):
+    probe = os.path.join(directory, "probe")
+    seen = set()
+    for _ in range(3):
+        with open(probe, "wb") as f:
+            f.write(b"x")
+        seen.add(os.stat(probe).st_ctime_ns)
+    os.remove(probe)
+    return len(seen) == 3
+
+
+@pytest.mark.parametrize("proof", ["hash", "inode times"])
+def test_a_file_changed_while_it_is_restored_is_caught_and_the_older_one_restored(tmp_path, monkeypatch, proof):
+    """A file written less than SETTLED_NS ago is hashed again after it is read in; an older local one is
+    proven unchanged by its inode's change time."""
+    if proof == "inode times":
+        if not _fine_grained_times(tmp_path):
+            pytest.skip("this filesystem's change times are too coarse to see two writes in one test")
+        monkeypatch.setattr(state_file_module, "SETTLED_NS", 0)
     older, older_opt = _trained(1)
     Checkpoint(model=older, optimizer=older_opt).save(str(tmp_path / "ckpt"))
     newer, newer_opt = _trained(2)
@@ -257,3 +275,27 @@ def test_what_no_tracked_object_takes_is_not_read(tmp_path, monkeypatch):
     status = Checkpoint(model=live).restore(path)  # the optimizer's state stays in the file
     assert status.unused == ["optimizer"] and _same(live.state_dict(), model.state_dict())
     assert not [n for n in read_aside if "optimizer" in n]
+
+
+def test_a_settled_local_file_checked_by_latest_checkpoint_is_not_hashed_again(tmp_path, monkeypatch):
+    if not _fine_grained_times(tmp_path):
+        pytest.skip("this filesystem's change times are too coarse to see two writes in one test")
+    model, opt = _trained(0)
+    Checkpoint(model=model, optimizer=opt).save(str(tmp_path / "ckpt"))
+    monkeypatch.setattr(state_file_module, "SETTLED_NS", 0)  # as if the file were written a while ago
+    hashed = []
+    real = state_file_module._hash_span
+    monkeypatch.setattr(state_file_module, "_hash_span",
+                        lambda handle, length, digest: hashed.append(length) or real(handle, length, digest))
+    latest = distrib.train.latest_checkpoint(str(tmp_path))
+    assert hashed == [None]  # the whole file, once
+    live, live_opt = _trained(1)
+    Checkpoint(model=live, optimizer=live_opt).restore(latest).assert_consumed()
+    assert hashed == [None] and _same(live.state_dict(), model.state_dict())
+    with open(os.path.join(latest, STATE), "r+b") as f:  # a write, even of the same byte, moves its times
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(byte)
+    Checkpoint(model=live, optimizer=live_opt).restore(latest).assert_consumed()
+    assert hashed == [None, None]

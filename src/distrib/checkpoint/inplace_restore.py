@@ -3,7 +3,7 @@
 Reading a state whole and then calling ``load_state_dict`` holds the model
 twice (three times with the copy kept to undo a failed restore). Instead:
 
-1. the file is checked (`StateFile.verify`: its sha256 through one buffer)
+1. the file is checked (`StateFile.verify`: its sha256 through three 8 MiB buffers)
    and its skeleton decoded with references, not data (`StateFile.plan`);
 2. every saved tensor that an object will copy in verbatim -- a module's
    parameters and buffers, an optimizer's state, a tracked tensor (see
@@ -16,15 +16,15 @@ twice (three times with the copy kept to undo a failed restore). Instead:
    groups, the objects' own rules) but changes no matched value. If anything
    fails, every object is put back from a copy of its *unmatched* state;
 4. only then does `StateFile.stream_into` read the file front to back,
-   straight into the matched tensors, hashing it again.
+   straight into the matched tensors, and prove it did not change since 1.
 
-So a restore's extra memory is one read buffer plus the unmatched tensors.
+So a restore's extra memory is a few read buffers plus the unmatched tensors.
 The one failure left after step 3 is the file changing on disk between steps
 1 and 4 (someone rewriting a committed checkpoint during the restore): it is
-detected by the second hash and reported as a `CorruptCheckpointError` saying
+detected and reported as a `CorruptCheckpointError` saying
 the objects hold part of it, and `Checkpoint.restore` goes on to an older checkpoint.
 
-Example (a 3 GiB model restores with ~16 MiB extra, not 6 GiB):
+Example (a 3 GiB model restores with ~24 MiB extra, not 6 GiB):
     >>> with StateFile(path, "state.safetensors", manifest) as f:
     ...     result = restore_in_place(f, objects, apply, snapshot)
 """

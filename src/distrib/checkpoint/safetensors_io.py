@@ -55,7 +55,7 @@ _ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTY
 #: safetensors' own limit on the JSON header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 #: What one read or write moves at most (and what hashing a file keeps in memory).
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024
 _ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
 
 
@@ -104,9 +104,9 @@ def write_tensors(handle: BinaryIO, tensors: Mapping[str, torch.Tensor], metadat
 
 
 def _emit(handle: BinaryIO, data: Any, on_write: Optional[Callable[[Any], None]]) -> int:
-    handle.write(data)
     if on_write is not None:
-        on_write(data)
+        on_write(data)  # first: a hash running on its own thread overlaps with the write
+    handle.write(data)
     return len(data)
 
 

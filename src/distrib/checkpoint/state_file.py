@@ -3,26 +3,33 @@
 `read_state_verified` reads a state in ONE pass: every tensor is allocated
 at its own size and filled straight from the file while the file's sha256 is
 computed; only when the last byte matched the manifest is the state decoded
-and returned. Memory: the state itself plus one read buffer -- not the two or
+and returned. Memory: the state itself plus a read buffer or two -- not the two or
 three copies of the file that reading it whole, joining and parsing cost.
 
 `StateFile` serves a restore into live objects, which must not change
 anything before the file is known to be intact: `StateFile.verify` hashes
-the whole file through a fixed buffer (nothing kept), `StateFile.plan`
+the whole file through a few fixed buffers (nothing kept), `StateFile.plan`
 decodes the skeleton with `TensorRef` stand-ins instead of data, and
 `StateFile.stream_into` then reads each tensor straight into the memory it
-restores, hashing again so that a file changed in between is caught.
+restores, and proves the file did not change in between.
+
+Hashing runs on a thread of its own (`distrib.checkpoint.hash_pipe`), beside
+the reads.
 
 Example:
     >>> manifest = storage.read_manifest("/ckpts/ckpt-3")
     >>> state = read_state_verified("/ckpts/ckpt-3", "state.safetensors", manifest)
     >>> with StateFile("/ckpts/ckpt-3", "state.safetensors", manifest) as f:
-    ...     f.verify()                          # sha256 over the file, 16 MiB at a time
+    ...     f.verify()                          # sha256 over the file, 8 MiB at a time
     ...     refs = f.plan()                     # the state, with TensorRef(name, shape, dtype) leaves
 """
 from __future__ import annotations
 
-import hashlib
+import collections
+import io
+import os
+import threading
+import time
 from typing import Any, BinaryIO, Dict, Mapping, Optional, Tuple
 
 import torch
@@ -30,8 +37,9 @@ import torch
 from distrib.checkpoint.errors import CorruptCheckpointError, UnsafeFileError
 from distrib.checkpoint.format import decode_state, read_tensors
 from distrib.checkpoint.fs import join
+from distrib.checkpoint.hash_pipe import HashPipe
 from distrib.checkpoint.manifest import check_file_name, open_checked
-from distrib.checkpoint.safetensors_io import CHUNK_BYTES, Header, TensorEntry, byte_view, read_header
+from distrib.checkpoint.safetensors_io import CHUNK_BYTES, Header, TensorEntry, read_header
 
 __all__ = ["TensorRef", "StateFile", "read_state_verified", "verify_file"]
 
@@ -87,6 +95,7 @@ class StateFile:
         self._entry = _entry_of(self.path, name, manifest)
         self._handle: Optional[BinaryIO] = None
         self._header: Optional[Header] = None
+        self._identity: Optional[Tuple[int, ...]] = None
 
     def __enter__(self) -> "StateFile":
         try:
@@ -98,6 +107,7 @@ class StateFile:
             raise CorruptCheckpointError(
                 f"{self.where}: truncated or extended ({size} bytes, manifest says {self._entry['size']})")
         self._handle = handle
+        self._identity = _identity(handle)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -113,14 +123,24 @@ class StateFile:
 
     # ------------------------------------------------------------ checks
     def verify(self) -> None:
-        """Hash the whole file through one fixed buffer and compare with the manifest.
+        """Hash the whole file through a few fixed buffers and compare with the manifest.
+
+        A local file this process verified before, and that has not been
+        written since (same inode, size, modification and change times), is
+        not hashed again: `latest_checkpoint` followed by a restore reads the
+        file once to check it.
 
         Raises:
             CorruptCheckpointError: the contents do not match (or the file changed size).
         """
+        if self._identity is not None and _VERIFIED.get(self._identity) == self._entry["sha256"]:
+            return
         self._file.seek(0)
-        digest, size = _hash_stream(self._file)
-        self._check(digest, size)
+        with HashPipe() as digest:
+            size = _hash_span(self._file, None, digest)
+            self._check(digest.hexdigest(), size)
+        if self._identity is not None and self._identity == _identity(self._file):
+            _VERIFIED.put(self._identity, self._entry["sha256"])
 
     def _check(self, digest: str, size: int) -> None:
         if size != self._entry["size"]:
@@ -164,18 +184,19 @@ class StateFile:
                 as damage even when the damage also makes it unreadable).
             UnsafeFileError: the file is intact but not a distrib state file.
         """
-        handle, digest = self._file, hashlib.sha256()
+        handle = self._file
         handle.seek(0)
-        try:
-            header = read_header(handle, self._entry["size"], self.where, digest.update)
-            tensors = read_tensors(handle, header, digest.update, device)
-        except UnsafeFileError:
-            handle.seek(0)
-            self._check(*_hash_stream(handle))
-            raise
-        size = header.data_start + sum(e.nbytes for e in header.entries.values())
-        size += _hash_span(handle, None, digest)  # nothing, unless the file grew since it was opened
-        self._check(digest.hexdigest(), size)
+        with HashPipe() as digest:
+            try:
+                header = read_header(handle, self._entry["size"], self.where, digest.update)
+                tensors = read_tensors(handle, header, digest.update, device)
+                size = header.data_start + sum(e.nbytes for e in header.entries.values())
+                size += _hash_span(handle, None, digest)  # nothing, unless the file grew since it was opened
+            except UnsafeFileError:
+                digest.close()
+                self.verify()  # damage is named as damage, not as a malformed file
+                raise
+            self._check(digest.hexdigest(), size)
         return decode_state(header.metadata, tensors, self.where)
 
     def stream_into(self, targets: Mapping[str, torch.Tensor]) -> None:
@@ -183,52 +204,105 @@ class StateFile:
 
         A contiguous CPU target of the entry's dtype is filled in place; any
         other (a GPU tensor, a strided view) through one buffer of its size.
-        The bytes are hashed as they pass, and checked at the end.
+        That the file is still what `verify` checked is proven at the end: for
+        a local file by its unchanged inode times (any write changes its
+        change time, which no one can set back), else by hashing it again.
 
         Raises:
             CorruptCheckpointError: the file no longer matches the manifest (it
                 changed since `verify`): the targets then hold part of it.
         """
-        digest = hashlib.sha256()
         handle = self._file
-        handle.seek(0)
-        head = handle.read(self.header.data_start)
-        digest.update(head)
-        size = len(head)
-        for entry in self.header.in_file_order():
-            target = targets.get(entry.name)
-            direct = (target is not None and target.device.type == "cpu" and target.is_contiguous()
-                      and target.dtype == entry.dtype)
-            buffer = target.detach() if direct else (entry.empty() if target is not None else None)
-            if buffer is None:
-                size += _hash_span(handle, entry.nbytes, digest)
-                continue
-            entry.read_into(handle, buffer, self.header.data_start, digest.update, seek=False)
-            size += entry.nbytes
-            if not direct:
-                with torch.no_grad():
-                    target.copy_(buffer.view(target.shape))
-        size += _hash_span(handle, None, digest)
-        self._check(digest.hexdigest(), size)
+        local = self._identity is not None
+        with HashPipe() as digest:
+            handle.seek(0)
+            head = handle.read(self.header.data_start)
+            digest.update(head)
+            size = len(head)
+            for entry in self.header.in_file_order():
+                target = targets.get(entry.name)
+                if target is None:
+                    if local:
+                        handle.seek(entry.nbytes, 1)
+                        size += entry.nbytes
+                    else:
+                        size += _hash_span(handle, entry.nbytes, digest)
+                    continue
+                direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == entry.dtype
+                buffer = target.detach() if direct else entry.empty()
+                entry.read_into(handle, buffer, self.header.data_start, None if local else digest.update, seek=False)
+                size += entry.nbytes
+                if not direct:
+                    with torch.no_grad():
+                        target.copy_(buffer.view(target.shape))
+            if local:
+                digest.close()
+                if _identity(handle) != self._identity:
+                    raise CorruptCheckpointError(f"{self.where}: written to while it was read")
+                return
+            size += _hash_span(handle, None, digest)
+            self._check(digest.hexdigest(), size)
 
 
-def _hash_stream(handle: BinaryIO) -> Tuple[str, int]:
-    digest = hashlib.sha256()
-    size = _hash_span(handle, None, digest)
-    return digest.hexdigest(), size
+class _Verified:
+    """Local files this process hashed and found intact, by identity (a bounded, thread-safe memo)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._digests: "collections.OrderedDict[Tuple[int, ...], str]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, identity: Tuple[int, ...]) -> Optional[str]:
+        with self._lock:
+            return self._digests.get(identity)
+
+    def put(self, identity: Tuple[int, ...], digest: str) -> None:
+        with self._lock:
+            self._digests[identity] = digest
+            while len(self._digests) > self._limit:
+                self._digests.popitem(last=False)
 
 
-def _hash_span(handle: BinaryIO, length: Optional[int], digest: Any) -> int:
-    """Hash ``length`` bytes (None: to the end) from ``handle`` through one buffer; returns the bytes seen."""
-    buffer = bytearray(min(CHUNK_BYTES, length) if length is not None else CHUNK_BYTES)
-    view, seen = memoryview(buffer), 0
+_VERIFIED = _Verified()
+
+
+#: A file changed less than this long ago is hashed, never trusted by its times: some filesystems keep
+#: times in ticks of a few milliseconds, so a second write within one tick would not move them.
+SETTLED_NS = 2_000_000_000
+
+
+def _identity(handle: BinaryIO) -> Optional[Tuple[int, ...]]:
+    """A local file's inode, size and modification and change times, if it changed long enough ago.
+
+    None for other filesystems and for a file changed in the last `SETTLED_NS`.
+    """
+    try:
+        info = os.fstat(handle.fileno())
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+    if time.time_ns() - max(info.st_ctime_ns, info.st_mtime_ns) < SETTLED_NS:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _hash_span(handle: BinaryIO, length: Optional[int], digest: HashPipe) -> int:
+    """Hash ``length`` bytes (None: to the end) from ``handle``; returns the bytes seen.
+
+    Reads into three buffers in turn: the pipe (depth 1) has hashed a buffer
+    by the time it is filled again.
+    """
+    size = min(CHUNK_BYTES, length) if length is not None else CHUNK_BYTES
+    buffers = [memoryview(bytearray(size)) for _ in range(3)]
+    seen, turn = 0, 0
     while length is None or seen < length:
+        view = buffers[turn % len(buffers)]
         want = len(view) if length is None else min(len(view), length - seen)
         n = handle.readinto(view[:want]) if hasattr(handle, "readinto") else _copy_into(handle, view[:want])
         if not n:
             break
         digest.update(view[:n])
         seen += n
+        turn += 1
     return seen
 
 

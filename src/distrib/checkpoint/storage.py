@@ -43,7 +43,6 @@ all are re-exported here.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -54,6 +53,7 @@ from distrib.checkpoint.errors import CheckpointNotFoundError, CheckpointWarning
 from distrib.checkpoint.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
                                    sha256, url_to_fs, write_local)
 from distrib.checkpoint.format import encode_state
+from distrib.checkpoint.hash_pipe import HashPipe
 from distrib.checkpoint.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
 from distrib.checkpoint.safetensors_io import write_tensors
 from distrib.checkpoint.state_file import read_state_verified, verify_file
@@ -190,16 +190,16 @@ class AtomicDirectory:
         passes each buffer to ``on_write`` (to hash it). Returns the file's final path."""
         self._check_writable(name)
         target = os.path.join(self._work, name)
-        digest = hashlib.sha256()
-        if self._atomic_rename:
-            with open(target, "wb") as handle:
-                size = produce(handle, digest.update)
-                handle.flush()
-                os.fsync(handle.fileno())
-        else:
-            with self._fs.open(target, "wb") as handle:
-                size = produce(handle, digest.update)
-        self._files[name] = {"sha256": digest.hexdigest(), "size": int(size)}
+        with HashPipe() as digest:  # hashed on its own thread while the bytes are written
+            if self._atomic_rename:
+                with open(target, "wb") as handle:
+                    size = produce(handle, digest.update)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            else:
+                with self._fs.open(target, "wb") as handle:
+                    size = produce(handle, digest.update)
+            self._files[name] = {"sha256": digest.hexdigest(), "size": int(size)}
         return join(self.path, name)
 
     def _check_writable(self, name: str) -> None:
@@ -331,7 +331,7 @@ def verify(path: str) -> Dict[str, Any]:
     """
     manifest = read_manifest(path)
     for name in manifest["files"]:
-        verify_file(path, name, manifest)  # streamed: memory bounded by one buffer, not the file
+        verify_file(path, name, manifest)  # streamed: memory bounded by a few buffers, not the file
     return manifest
 
 
