@@ -24,10 +24,24 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable, Optional
 
-__all__ = ["BackgroundWrite"]
+__all__ = ["BackgroundWrite", "WRITER_NICENESS"]
+
+
+#: The niceness of a background write's threads: on a machine whose cores training keeps busy, the
+#: write (hashing, copying into the page cache) takes what training leaves instead of slowing its steps.
+WRITER_NICENESS = 10
+
+
+def _yield_to_training() -> None:
+    """Lower this thread's scheduling priority (Linux: per thread; threads it starts inherit it)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+    except (AttributeError, OSError):  # another platform, or not permitted: the write just competes
+        pass
 
 
 class BackgroundWrite:
@@ -44,6 +58,7 @@ class BackgroundWrite:
         self._thread.start()
 
     def _run(self, write: Callable[[], None]) -> None:
+        _yield_to_training()
         try:
             write()
         except BaseException as exc:  # handed to the training thread by wait()
