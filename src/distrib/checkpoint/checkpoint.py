@@ -259,7 +259,6 @@ class Checkpoint:
         """
         if save_path is None:
             return CheckpointLoadStatus(None, [], list(self._objects), [])
-        self.sync()
         path = str(save_path).rstrip("/")
         try:
             return self.read(path)
@@ -276,8 +275,12 @@ class Checkpoint:
     def read(self, save_path: str) -> CheckpointLoadStatus:
         """Restore from exactly ``save_path`` (written by `write` or `save`); returns the status.
 
-        All or nothing: if any value does not fit, every object is put back as it was.
+        All or nothing: if any value does not fit, every object is put back as it
+        was. The tensors are read straight into the objects' own (see
+        `distrib.checkpoint.inplace_restore`); a save of this checkpoint still
+        in flight is waited for first.
         """
+        self.sync()
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
         outcome: Dict[str, Any] = {}
