@@ -92,7 +92,7 @@ def _operate(method: str, op: str, model, path: str) -> None:
 
 
 def child(method: str, op: str, path: str, gib: float, capped: bool) -> None:
-    """Build the model, then save it to or restore it from ``path``; print ``size base peak ok seconds``."""
+    """Build the model, then save it to or restore it from ``path``; print ``size base peak ok seconds allowed``."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -102,6 +102,7 @@ def child(method: str, op: str, path: str, gib: float, capped: bool) -> None:
 
     gc.collect()
     base = _status("VmRSS")
+    allowed = 0
     if capped:
         allowed = _status("VmSize") + size // 4
         resource.setrlimit(resource.RLIMIT_AS, (allowed, allowed))
@@ -115,7 +116,7 @@ def child(method: str, op: str, path: str, gib: float, capped: bool) -> None:
         ok = "MemoryError"
     except BaseException as exc:  # an allocation failure surfaces in other types too (dcp: a BaseException)
         ok = type(exc).__name__
-    print(size, base, _status("VmHWM"), ok, time.perf_counter() - start, flush=True)
+    print(size, base, _status("VmHWM"), ok, time.perf_counter() - start, allowed, flush=True)
 
 
 def _run_child(method: str, op: str, path: str, gib: float, capped: bool, pythonpath: str) -> Dict[str, object]:
@@ -123,11 +124,11 @@ def _run_child(method: str, op: str, path: str, gib: float, capped: bool, python
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", method, op, path, str(gib),
                            "capped" if capped else "free"], env=env, capture_output=True, text=True, timeout=900)
     last = proc.stdout.strip().splitlines()[-1].split() if proc.stdout.strip() else []
-    if len(last) != 5:  # e.g. safetensors' Rust allocator aborts the process
+    if len(last) != 6:  # e.g. safetensors' Rust allocator aborts the process
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         return {"ok": f"process died ({how})", "extra": None}
     size, base, peak, ok, seconds = int(last[0]), int(last[1]), int(last[2]), last[3], float(last[4])
-    return {"ok": ok, "extra": (peak - base) / size, "size": size, "seconds": seconds}
+    return {"ok": ok, "extra": (peak - base) / size, "size": size, "seconds": seconds, "allowed": int(last[5])}
 
 
 def _before_src(rev: str) -> str:
@@ -148,6 +149,7 @@ def memory(gib: float, before: Optional[str]) -> None:
     print("| method | save: extra / state | save (s) | save, capped | restore: extra / state | restore (s) "
           "| restore, capped |")
     print("|---|---:|---:|---:|---:|---:|---:|")
+    shares: List[float] = []
     for method, src in methods:
         work = tempfile.mkdtemp(prefix="bench-ckpt-")
         try:
@@ -156,6 +158,8 @@ def memory(gib: float, before: Optional[str]) -> None:
             for op in ("save", "restore"):
                 free = _run_child(method, op, path, gib, False, src)
                 capped = _run_child(method, op, path + ("-capped" if op == "save" else ""), gib, True, src)
+                if capped.get("allowed"):
+                    shares.append(capped["size"] / capped["allowed"])
                 if free["extra"] is None:
                     cells += [free["ok"], "-", capped["ok"]]
                 else:
@@ -163,6 +167,9 @@ def memory(gib: float, before: Optional[str]) -> None:
             print(f"| {method} | " + " | ".join(cells) + " |", flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    if shares:
+        print(f"\nUnder the cap the state is {min(shares):.0%}-{max(shares):.0%} of the address space the "
+              f"process may use.")
 
 
 # ------------------------------------------------------------------ step time
