@@ -21,8 +21,9 @@ of weights) saves model and optimizer every ``--every`` steps through a
 ``CheckpointOptions(enable_async=True)`` (background), and through
 ``torch.distributed.checkpoint.async_save`` (one save in flight, as distrib
 does), interleaved round by round with a run that does not save. Reported:
-the median wall time of the run and what each save costs the loop, as a
-multiple of the blocking save's cost measured in the same round.
+each run's median step, and the time its steps spent above that median per
+save (the save call, the steps a background write slowed, the final wait), as
+a multiple of the blocking save's; the run without saves shows what noise alone gives.
 
 Run: python bench/bench_checkpoint_memory.py [--gib 1.5] [--before a8a4ceb] [--rounds 3]
 """
@@ -173,7 +174,8 @@ def memory(gib: float, before: Optional[str]) -> None:
 
 
 # ------------------------------------------------------------------ step time
-def _train(mode: str, steps: int, every: int, mib: float, work: str) -> float:
+def _train(mode: str, steps: int, every: int, mib: float, work: str) -> List[float]:
+    """The wall time of each step (a saving step includes its save call; the last, the final wait)."""
     import torch
 
     import distrib
@@ -187,61 +189,72 @@ def _train(mode: str, steps: int, every: int, mib: float, work: str) -> float:
     manager = CheckpointManager(Checkpoint(model=model, optimizer=opt), os.path.join(work, mode), max_to_keep=2)
     background = distrib.train.CheckpointOptions(enable_async=True)
     pending = None
-    start = time.perf_counter()
+    times = []
     for step in range(1, steps + 1):
+        start = time.perf_counter()
         model(x).pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
-        if step % every:
-            continue
-        if mode == "blocking":
-            manager.save()
-        elif mode == "background":
-            manager.save(options=background)
-        elif mode == "dcp async_save":
-            import torch.distributed.checkpoint as dcp
+        if step % every == 0:
+            if mode == "blocking":
+                manager.save()
+            elif mode == "background":
+                manager.save(options=background)
+            elif mode == "dcp async_save":
+                import torch.distributed.checkpoint as dcp
 
+                if pending is not None:
+                    pending.result()  # one in flight, as distrib does
+                pending = dcp.async_save({"model": model.state_dict(), "optim": opt.state_dict()},
+                                         checkpoint_id=os.path.join(work, mode, f"step-{step}"))
+        if step == steps:  # the end of training waits for the last write
+            manager.sync()
             if pending is not None:
-                pending.result()  # one in flight, as distrib does
-            pending = dcp.async_save({"model": model.state_dict(), "optim": opt.state_dict()},
-                                     checkpoint_id=os.path.join(work, mode, f"step-{step}"))
-    elapsed = time.perf_counter() - start
-    manager.sync()
-    if pending is not None:
-        pending.result()
-    return elapsed
+                pending.result()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def step_time(rounds: int, steps: int, every: int, mib: float) -> None:
+    """What saving adds to a run: the steps' time above the run's own median step, per save.
+
+    Measured against each run's own median step rather than against another
+    run, so that the load other processes put on a shared machine, which
+    moves whole runs, cancels out; a write that slows the steps after the
+    save shows as those steps' excess.
+    """
     import warnings
 
     warnings.simplefilter("ignore")
     modes = ["none", "blocking", "background", "dcp async_save"]
-    times: Dict[str, List[float]] = {m: [] for m in modes}
-    costs: Dict[str, List[float]] = {m: [] for m in modes[1:]}
+    step_ms: Dict[str, List[float]] = {m: [] for m in modes}
+    costs: Dict[str, List[float]] = {m: [] for m in modes}
+    stalls: Dict[str, List[float]] = {m: [] for m in modes}
     saves = steps // every
     for _ in range(rounds):
         work = tempfile.mkdtemp(prefix="bench-ckpt-steps-")
         try:
-            this = {m: _train(m, steps, every, mib, work) for m in modes}
+            for m in modes:
+                times = _train(m, steps, every, mib, work)[every:]  # the first interval warms up
+                median = statistics.median(times)
+                step_ms[m].append(median * 1000)
+                costs[m].append(sum(t - median for t in times) / max(1, saves - 1))
+                saving = times[every - 1::every][:-1]  # the steps that called save (the last also waits)
+                stalls[m].append(statistics.median(t - median for t in saving))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        for m in modes:
-            times[m].append(this[m])
-        for m in modes[1:]:
-            costs[m].append((this[m] - this["none"]) / saves)
     print(f"\n## What a save costs the training loop ({steps} steps, a save every {every}, "
           f"{mib:g} MiB of weights + Adam; medians of {rounds} rounds)\n")
-    print("| | loop (s) | cost per save (ms) | cost / blocking save's |")
-    print("|---|---:|---:|---:|")
-    blocking = statistics.median(costs["blocking"])
+    print("| | median step (ms) | the saving step's stall (ms) | / blocking | all steps above the median, "
+          "per save (ms) | / blocking |")
+    print("|---|---:|---:|---:|---:|---:|")
+    blocking, blocking_stall = statistics.median(costs["blocking"]), statistics.median(stalls["blocking"])
     for m in modes:
-        loop = statistics.median(times[m])
-        if m == "none":
-            print(f"| no save | {loop:.2f} | - | - |")
-            continue
-        cost = statistics.median(costs[m])
-        print(f"| {m} | {loop:.2f} | {cost * 1000:.0f} | {cost / blocking:.2f}x |")
+        cost, stall = statistics.median(costs[m]), statistics.median(stalls[m])
+        label = "no save" if m == "none" else m
+        ratios = ("-", "-") if m == "none" else (f"{stall / blocking_stall:.2f}x", f"{cost / blocking:.2f}x")
+        print(f"| {label} | {statistics.median(step_ms[m]):.0f} | {stall * 1000:.0f} | {ratios[0]} | "
+              f"{cost * 1000:.0f} | {ratios[1]} |")
 
 
 def main() -> None:

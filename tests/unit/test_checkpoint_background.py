@@ -251,3 +251,23 @@ def test_model_checkpoint_in_the_background_writes_what_a_blocking_one_writes(tm
         flat_now, flat_later = now if weights_only else now["module"], later if weights_only else later["module"]
         assert all(torch.equal(flat_now[k], flat_later[k]) for k in flat_now)
     assert background.saved_paths == [str(tmp_path / "bg" / f"ckpt_{e}") for e in range(1, EPOCHS + 1)]
+
+
+def test_each_background_save_holds_its_own_step_though_the_copy_is_reused(tmp_path):
+    model = _model()
+    ckpt = Checkpoint(model=model)
+    values = []
+    for n in range(3):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        values.append(model.weight.clone())
+        ckpt.write(str(tmp_path / f"ckpt-{n}"), options=ASYNC)
+        staging = ckpt.__dict__["_staging"]["model"]["weight"]
+        if n:
+            assert staging.data_ptr() == first_copy  # the previous copy, overwritten (after its write ended)
+        else:
+            first_copy = staging.data_ptr()
+    ckpt.sync()
+    for n in range(3):
+        saved = load_state(str(tmp_path / f"ckpt-{n}" / "state.safetensors"))["model"]["weight"]
+        assert torch.equal(saved, values[n])

@@ -195,7 +195,10 @@ class Checkpoint:
         With ``options=CheckpointOptions(enable_async=True)`` it returns once
         the state is copied, and a background thread writes and publishes the
         copy (see `distrib.checkpoint.background`); the next `write`, `sync`
-        or restore waits for it first, so at most one save is in flight.
+        or restore waits for it first, so at most one save is in flight. The
+        copy is kept, and the next background save copies into it (no new
+        allocation, no page faults): a Checkpoint saved in the background
+        holds one copy of its state from then on.
 
         Raises:
             CheckpointSaveError: on every worker, if writing failed on any
@@ -206,8 +209,9 @@ class Checkpoint:
         self.sync()
         path = str(file_prefix).rstrip("/")
         state = self.state_dict()  # may gather across replicas, so before anything can fail locally
-        if background:
-            state = copy_state(state)  # the values of this step: training may change the objects now
+        if background:  # the values of this step: training may change the objects now
+            state = copy_state(state, reuse=self.__dict__.get("_staging"))  # into the last copy: written by now
+            object.__setattr__(self, "_staging", state)
         meta = {"save_counter": int(self.save_counter), "world_size": role.num_replicas_in_sync}
         meta.update(info or {})
         write = _Write(role, path, state, meta)

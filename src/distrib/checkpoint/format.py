@@ -262,37 +262,45 @@ def freeze_state(state: Any) -> FrozenState:
     return FrozenState(_copy(state, "state"))
 
 
-def copy_state(state: Any) -> Any:
+def copy_state(state: Any, reuse: Any = None) -> Any:
     """A copy of ``state`` nothing else holds: tensors copied to the CPU, arrays and containers copied.
+
+    ``reuse``: an earlier copy of a state of the same layout; its tensors of
+    the same shape and dtype are overwritten instead of allocated again (a
+    background save copies into the previous save's copy: no page faults).
 
     Raises:
         TypeError: what `dumps_state` would refuse, named by its path.
     """
-    return _copy(state, "state")
+    return _copy(state, "state", reuse)
 
 
-def _copy(value: Any, path: str) -> Any:
+def _copy(value: Any, path: str, reuse: Any = None) -> Any:
     if isinstance(value, np.generic) or value is None or isinstance(value, (bool, int, str, float)):
         return value
     if isinstance(value, torch.Tensor):
         _check_tensor(path, value)
+        if (isinstance(reuse, torch.Tensor) and reuse.shape == value.shape and reuse.dtype == value.dtype
+                and reuse.device.type == "cpu"):
+            return reuse.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, np.ndarray):
         _check_array(path, value)
         return value.copy()
     if isinstance(value, dict):
         out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
+        old = reuse if isinstance(reuse, dict) else {}
         for k, v in value.items():
             _check_key(path, k)
-            out[k] = _copy(v, f"{path}/{k}")
+            out[k] = _copy(v, f"{path}/{k}", old.get(k))
         meta = getattr(value, "_metadata", None)
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_copy(v, f"{path}/{i}") for i, v in enumerate(value))
-    if isinstance(value, list):
-        return [_copy(v, f"{path}/{i}") for i, v in enumerate(value)]
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        old_items = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else [None] * len(value)
+        items = [_copy(v, f"{path}/{i}", old_items[i]) for i, v in enumerate(value)]
+        return tuple(items) if isinstance(value, tuple) else items
     raise _unsupported(path, value)
 
 
