@@ -231,10 +231,10 @@ def step_time(rounds: int, steps: int, every: int, mib: float) -> None:
     costs: Dict[str, List[float]] = {m: [] for m in modes}
     stalls: Dict[str, List[float]] = {m: [] for m in modes}
     saves = steps // every
-    for _ in range(rounds):
+    for round_ in range(rounds):
         work = tempfile.mkdtemp(prefix="bench-ckpt-steps-")
         try:
-            for m in modes:
+            for m in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:  # a new order each round
                 times = _train(m, steps, every, mib, work)[every:]  # the first interval warms up
                 median = statistics.median(times)
                 step_ms[m].append(median * 1000)
