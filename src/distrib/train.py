@@ -17,6 +17,7 @@ from __future__ import annotations
 from distrib.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus
 from distrib.checkpoint.discovery import latest_checkpoint
 from distrib.checkpoint.manager import CheckpointManager
+from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
 
@@ -24,6 +25,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointLoadStatus",
     "CheckpointManager",
+    "CheckpointOptions",
     "PreemptionCheckpointHandler",
     "TerminationConfig",
     "Variable",

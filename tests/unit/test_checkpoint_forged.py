@@ -282,8 +282,8 @@ def _restore(directory, how):
         path = status.path
     else:
         manager = distrib.train.CheckpointManager(ckpt, str(directory), max_to_keep=2)
-        status_path = manager.restore_or_initialize()
-        path = status_path
+        path = manager.restore_or_initialize()
+        assert manager.latest_checkpoint == path  # issue 41: it kept naming the skipped checkpoint
     return ckpt, model, opt, path
 
 
@@ -309,8 +309,7 @@ def test_a_forged_newer_checkpoint_falls_back_to_the_older_one(forged_dir, case,
     assert int(ckpt.epoch) == 1
     assert all(torch.equal(expected[k], v) for k, v in model.state_dict().items())
     assert json.dumps(_jsonable(opt.state_dict())) == opt_expected
-    if how == "seed":
-        assert restored == str(directory / "ckpt-1")
+    assert restored == str(directory / "ckpt-1")  # issue 41: the manager returned the one it skipped
     assert watcher.seen == [], f"opened outside the checkpoint directory: {watcher.seen}"
     model(torch.ones(2, 3)).sum().backward()
     opt.step()  # the restored optimizer state fits its parameters

@@ -83,10 +83,10 @@ def test_save_interrupted_before_commit_leaves_no_checkpoint(tmp_path, monkeypat
     manager = CheckpointManager(ckpt, str(tmp_path), max_to_keep=3)
     first = manager.save()
 
-    def crash(self, name, data):
+    def crash(self, name, produce):  # every file of a checkpoint is written through write_with
         raise OSError("disk full while writing")
 
-    monkeypatch.setattr(storage.AtomicDirectory, "write_bytes", crash)
+    monkeypatch.setattr(storage.AtomicDirectory, "write_with", crash)
     with pytest.raises(CheckpointSaveError, match="disk full while writing"):
         manager.save()
     monkeypatch.undo()

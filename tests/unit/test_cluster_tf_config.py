@@ -240,3 +240,50 @@ def test_every_message_is_distinct():
         messages.append(str(info.value))
     assert len(set(messages)) == len(cases)
     assert all(m.startswith("TF_CONFIG") for m in messages)
+
+
+# ------------------------------------------------------- hostile input (issue 41)
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_a_deeply_nested_tf_config_is_one_named_line(depth):
+    """1,000 nested arrays (2 KB) used to end in a RecursionError traceback, in the resolver and
+    in `resolve_cluster`'s emptiness check alike."""
+    from distrib.cluster.resolve import resolve_cluster
+
+    text = "[" * depth + "]" * depth
+    message = fails(text, "TF_CONFIG: nested too deeply to be a cluster description")
+    assert str(2 * depth) in message
+    with pytest.raises(ClusterConfigError, match="nested too deeply"):
+        resolve_cluster({"TF_CONFIG": text})
+    nested_object = '{"cluster": ' * depth + "{}" + "}" * depth
+    fails(nested_object, "nested too deeply")
+
+
+@pytest.mark.parametrize("layer, hint", [("grcp", "did you mean 'grpc'?"), ("http", ""),
+                                         ("grpc+verb", "did you mean 'grpc+verbs'?")])
+def test_an_unknown_rpc_layer_is_named(layer, hint):
+    message = fails(tf_config(rpc_layer=layer), f"TF_CONFIG['rpc_layer']: {layer!r} is not an RPC layer "
+                                                f"TensorFlow knows")
+    assert hint in message and "'grpc'" in message
+
+
+@pytest.mark.parametrize("layer", ["grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr", ""])
+def test_the_rpc_layers_tensorflow_knows_are_accepted(layer):
+    assert TFConfigClusterResolver(tf_config(rpc_layer=layer)).rpc_layer == layer
+
+
+@pytest.mark.parametrize("text", ["", "  ", "{}"])
+def test_a_set_but_empty_tf_config_warns_through_resolve_cluster(text):
+    """``""`` and ``{}`` used to give a single process without a word when the strategy resolved them."""
+    from distrib.cluster.resolve import resolve_cluster
+    from distrib.cluster.tf_config import EmptyTFConfigWarning
+
+    with pytest.warns(EmptyTFConfigWarning, match="TF_CONFIG is set but empty") as caught:
+        assert resolve_cluster({"TF_CONFIG": text}).world_size == 1
+    assert len(caught) == 1
+
+
+def test_an_unset_tf_config_says_nothing(recwarn):
+    from distrib.cluster.resolve import resolve_cluster
+
+    assert resolve_cluster({}).world_size == 1
+    assert not [w for w in recwarn if "TF_CONFIG" in str(w.message)]

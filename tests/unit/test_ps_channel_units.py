@@ -302,3 +302,29 @@ def test_a_scheduled_function_that_arrives_before_the_worker_is_ready_waits_for_
     work, queued = runtime._MAIN_WORK.get(timeout=5)
     queued.set_result(work())
     assert future.wait() == ("ok", b"step", {})
+
+
+def test_a_secretless_job_beyond_loopback_is_refused_in_one_line(monkeypatch, caplog):
+    """Issue 41: the 'no job secret' warning came first, then the refusal: two lines per task."""
+    import json
+    import logging
+
+    from distrib.cluster import TFConfigClusterResolver
+    from distrib.comm import secret
+    from distrib.strategies.parameter_server import runtime
+    from distrib.strategies.parameter_server.cluster import PSCluster
+
+    for name in ("DISTRIB_JOB_SECRET", "DISTRIB_JOB_SECRET_FILE", "DISTRIB_TLS_CERT", "DISTRIB_PS_FUNCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(secret, "_WARNED", [])  # as in a fresh task process
+    monkeypatch.setattr(runtime, "_JOINED", [])
+    config = {"cluster": {"chief": ["10.255.0.1:2222"], "worker": ["10.255.0.2:2222"], "ps": ["10.255.0.3:2222"]},
+              "task": {"type": "worker", "index": 0}}
+    cluster = PSCluster.from_resolver(TFConfigClusterResolver(json.dumps(config)))
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(ChannelConfigError, match="without a job secret and its chief 10.255.0.1 is beyond "
+                                                 "loopback") as refused:
+        runtime.Runtime(cluster, 5.0, {}).start()
+    assert "\n" not in str(refused.value)
+    assert [r.getMessage() for r in caplog.records] == []
+    assert runtime._JOINED == []  # refused before it counted as joined: a corrected retry may start

@@ -127,17 +127,14 @@ def test_a_tampered_or_replayed_store_message_is_refused():
 
 def test_a_secret_mismatch_is_named_on_both_sides_at_once(caplog):
     caplog.set_level(logging.WARNING, logger="distrib.comm")
-    seen = len(secret_mismatches())  # the list is the process's: earlier tests may have added to it
     server = AuthStoreServer("127.0.0.1", 0, SECRET)
     with pytest.raises(SecretMismatchError, match=f"job secret mismatch: .* 127.0.0.1:{server.port} "):
         AuthStore("127.0.0.1", server.port, b"another job's secret", 30.0)
     deadline = time.monotonic() + 10
-    while (len(secret_mismatches()) <= seen or "job secret mismatch" not in caplog.text) \
-            and time.monotonic() < deadline:
-        time.sleep(0.01)  # poll
-    peer = secret_mismatches()[-1]
-    assert peer.startswith("127.0.0.1:") and peer != f"127.0.0.1:{server.port}"
-    assert f"job secret mismatch" in caplog.text and peer in caplog.text
+    while "job secret mismatch" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: the server logs from its connection's thread
+    assert "127.0.0.1" in secret_mismatches()  # the host: a new source port is not a new peer
+    assert "job secret mismatch" in caplog.text and "from 127.0.0.1 to the job's store" in caplog.text
     server.close()
 
 
@@ -145,9 +142,62 @@ def test_the_chief_names_a_mismatch_when_it_times_out(monkeypatch):
     from distrib.comm.rendezvous import wait_for_all
     from distrib.comm.errors import RendezvousTimeoutError
 
-    monkeypatch.setattr(store_server, "_MISMATCHES", ["10.0.0.7:41234"])
+    seen = store_server.HostLog()
+    seen.first_time("10.0.0.7")
+    monkeypatch.setattr(store_server, "_MISMATCHES", seen)
     server = AuthStoreServer("127.0.0.1", 0, SECRET)
     store = AuthStore("127.0.0.1", server.port, SECRET, 5.0)
-    with pytest.raises(RendezvousTimeoutError, match="job secret mismatch: 10.0.0.7:41234"):
+    with pytest.raises(RendezvousTimeoutError, match="job secret mismatch: 10.0.0.7 proved"):
         wait_for_all(store, 0, 2, 0.2, lambda r: f"task {r}")
+    server.close()
+
+
+def _wrong_proof_from(server: AuthStoreServer, source_host: str) -> None:
+    """One connection from ``source_host`` (any 127.x.y.z on Linux) that proves another job's secret."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.bind((source_host, 0))  # a fresh source port each time
+        sock.connect(("127.0.0.1", server.port))
+        with pytest.raises(SecretMismatchError):
+            client_handshake(sock, b"another job's secret", "test")
+
+
+def _mismatch_lines(caplog) -> list:
+    return [r.getMessage() for r in caplog.records if "job secret mismatch" in r.getMessage()]
+
+
+def test_500_wrong_proofs_from_one_host_are_one_line_and_bounded_memory(caplog):
+    """Issue 41: the once-per-address key held the source port, so each connection logged a line."""
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    before = store_server._MISMATCHES.count("127.0.0.1")
+    for _ in range(500):
+        _wrong_proof_from(server, "127.0.0.1")
+    deadline = time.monotonic() + 30
+    while store_server._MISMATCHES.count("127.0.0.1") < before + 500 and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: each refusal is recorded by its connection's thread
+    assert store_server._MISMATCHES.count("127.0.0.1") == before + 500
+    assert len(_mismatch_lines(caplog)) == 1, _mismatch_lines(caplog)[:3]
+    assert len(secret_mismatches()) <= store_server.MAX_NAMED_HOSTS
+    owner = AuthStore("127.0.0.1", server.port, SECRET, 5.0)  # the job goes on
+    owner.set("k", "v")
+    assert owner.get("k") == b"v"
+    server.close()
+
+
+def test_strangers_from_more_hosts_than_named_cost_one_more_line(caplog):
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
+    server = AuthStoreServer("127.0.0.1", 0, SECRET)
+    hosts = [f"127.0.41.{i}" for i in range(1, store_server.MAX_NAMED_HOSTS + 11)]
+    for host in hosts:
+        for _ in range(3):
+            _wrong_proof_from(server, host)
+    deadline = time.monotonic() + 30
+    while server._mismatched.unnamed < 3 * 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: each refusal is recorded by its connection's thread
+    named = _mismatch_lines(caplog)
+    assert len(named) == store_server.MAX_NAMED_HOSTS
+    assert all(any(f"from {h} " in line for line in named) for h in hosts[:store_server.MAX_NAMED_HOSTS])
+    assert caplog.text.count("further hosts are counted, not logged") == 1
+    assert server._mismatched.hosts() == hosts[:store_server.MAX_NAMED_HOSTS] and server._mismatched.unnamed == 30
     server.close()

@@ -41,13 +41,14 @@ replays the steps since from a survivor's log.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
+from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.replica_state import ReplicaState
@@ -71,6 +72,9 @@ class _ModelState:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.model.load_state_dict(state)
 
+    def tensors_restored_verbatim(self) -> List[Any]:
+        return self.model.tensors_restored_verbatim()
+
 
 class BackupAndRestore(Callback):
     """Back up training state periodically and restore it when `fit` starts again.
@@ -83,11 +87,16 @@ class BackupAndRestore(Callback):
             with the restart code.
         max_to_keep: backups kept; two by default, so a backup damaged after it
             was written still leaves an older one to resume from.
+        options: a `distrib.train.CheckpointOptions`; ``enable_async=True``
+            writes each backup in the background while the next steps run (at
+            most one in flight; a preemption backup is always written at once).
     """
 
     def __init__(self, backup_dir: str, save_freq: Union[str, int] = "epoch", delete_checkpoint: bool = True,
-                 save_before_preemption: bool = True, max_to_keep: int = 2) -> None:
+                 save_before_preemption: bool = True, max_to_keep: int = 2, *,
+                 options: Optional[CheckpointOptions] = None) -> None:
         super().__init__()
+        self.options = CheckpointOptions.check(options, "BackupAndRestore")
         if not backup_dir:
             raise ValueError("BackupAndRestore: backup_dir is required")
         if save_freq != "epoch" and not (isinstance(save_freq, int) and not isinstance(save_freq, bool)
@@ -159,6 +168,7 @@ class BackupAndRestore(Callback):
         self._stop_watching(training_finished=not self._preempted)
         if self._preempted or self._manager is None:
             return
+        self._manager.sync()  # the last backup is published (and checked on every worker) first
         strategy = self._strategy()
         if self.delete_checkpoint:
             if strategy.is_chief:
@@ -176,16 +186,19 @@ class BackupAndRestore(Callback):
             strategy = get_strategy()
         return strategy
 
-    def _save(self) -> Optional[str]:
+    def _save(self, at_once: bool = False) -> Optional[str]:
         assert self._manager is not None, "BackupAndRestore: on_train_begin was not called"
-        return self._manager.save(checkpoint_number=self.model.train_loop_state.global_step,
-                                  check_interval=False)
+        path = self._manager.save(checkpoint_number=self.model.train_loop_state.global_step,
+                                  check_interval=False, options=None if at_once else self.options)
+        if at_once:
+            self._manager.sync()
+        return path
 
     def _check_preemption(self) -> bool:
         if self._watcher is None or not self._watcher.agreed(self._strategy()):
             return False
         self._preempted = True
-        self._save()
+        self._save(at_once=True)
         self._stop_watching()
         exit_for_restart()
         return True  # pragma: no cover - exit_for_restart raises SystemExit

@@ -37,6 +37,8 @@ from typing import Any, Dict, Optional, Union
 from distrib.callbacks.callback import Logs
 from distrib.callbacks.monitor import MonitorCallback
 from distrib.checkpoint.agreement import chief_decides
+from distrib.checkpoint.chief_directory import PendingDirectory
+from distrib.checkpoint.options import CheckpointOptions
 
 __all__ = ["ModelCheckpoint"]
 
@@ -53,12 +55,18 @@ class ModelCheckpoint(MonitorCallback):
         mode: ``"auto"``, ``"min"`` or ``"max"`` (how ``monitor`` improves).
         save_freq: ``"epoch"`` or a number of training batches.
         initial_value_threshold: the value ``monitor`` must first beat.
+        options: a `distrib.train.CheckpointOptions`; ``enable_async=True``
+            writes each save in the background (the model is copied at the
+            save, the next save or the end of `fit` waits for the write).
     """
 
     def __init__(self, filepath: Union[str, os.PathLike], monitor: str = "val_loss", verbose: int = 0,
                  save_best_only: bool = False, save_weights_only: bool = False, mode: str = "auto",
-                 save_freq: Union[str, int] = "epoch", initial_value_threshold: Optional[float] = None) -> None:
+                 save_freq: Union[str, int] = "epoch", initial_value_threshold: Optional[float] = None,
+                 *, options: Optional[CheckpointOptions] = None) -> None:
         super().__init__(monitor=monitor, mode=mode)
+        self.options = CheckpointOptions.check(options, "ModelCheckpoint")
+        self._pending: Optional[PendingDirectory] = None
         self.filepath = os.fspath(filepath)
         if not self.filepath:
             raise ValueError("ModelCheckpoint: filepath is empty; give a path such as 'ckpts/ckpt_{epoch}'")
@@ -93,6 +101,14 @@ class ModelCheckpoint(MonitorCallback):
         if self.save_freq == "epoch":
             self._save(epoch, None, dict(logs or {}))
 
+    def on_train_end(self, logs: Logs = None) -> None:
+        self._wait_for_write()  # fit returns with every save on disk
+
+    def _wait_for_write(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+
     def _path(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> str:
         values = {k: v for k, v in logs.items() if k not in ("epoch", "batch")}
         try:
@@ -105,6 +121,7 @@ class ModelCheckpoint(MonitorCallback):
                            f"{', '.join(values) or 'nothing else'}") from None
 
     def _save(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> None:
+        self._wait_for_write()  # at most one save in flight
         strategy = getattr(self.model, "distribute_strategy", None)
         role = strategy.checkpoint_role() if strategy is not None and strategy.num_replicas_in_sync > 1 else None
         # whether to save, and where, is the chief's decision: every worker takes part in the save
@@ -114,10 +131,11 @@ class ModelCheckpoint(MonitorCallback):
         path, best = decision
         if best is not None:
             self.best = float(best)
+        options = self.options if self.options.background else None
         if self.save_weights_only:
-            self.model.save_weights(path, overwrite=True)
+            self._pending = self.model.save_weights(path, overwrite=True, options=options)
         else:
-            self.model.save(path, overwrite=True)
+            self._pending = self.model.save(path, overwrite=True, options=options)
         self.saved_paths.append(path)
 
     def _decide(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> Optional[list]:

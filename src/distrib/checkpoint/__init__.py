@@ -16,6 +16,7 @@ from distrib.checkpoint.checkpoint import (Checkpoint, CheckpointLoadStatus, Che
 from distrib.checkpoint.discovery import latest_checkpoint
 from distrib.checkpoint.format import UnsafeFileError, dumps_state, load_state, loads_state, save_state
 from distrib.checkpoint.manager import CheckpointManager
+from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import RESTART_EXIT_CODE, PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.rng import RNGState
@@ -24,7 +25,8 @@ from distrib.checkpoint.storage import (AtomicDirectory, CheckpointWarning, Corr
 from distrib.checkpoint.variable import Variable
 
 __all__ = [
-    "AtomicDirectory", "Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "CheckpointRestoreError",
+    "AtomicDirectory", "Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "CheckpointOptions",
+    "CheckpointRestoreError",
     "CheckpointSaveError", "CheckpointWarning", "CorruptCheckpointError", "PreemptionCheckpointHandler",
     "PreemptionWatcher", "RESTART_EXIT_CODE", "RNGState", "TerminationConfig", "UnsafeFileError", "Variable",
     "dumps_state", "exit_for_restart", "is_complete", "latest_checkpoint", "load_state", "loads_state",

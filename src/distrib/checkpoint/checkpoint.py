@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from distrib.errors import DistribError
 
-import copy
 import warnings
 from typing import Any, Dict, List, Optional
 
@@ -31,11 +30,16 @@ import torch
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.discovery import older_siblings
-from distrib.checkpoint.format import UnsafeFileError, dumps_state, loads_state
+from distrib.checkpoint.background import BackgroundWrite
+from distrib.checkpoint.format import UnsafeFileError, copy_state
+from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.optimizer_state import check_optimizer_state
+from distrib.checkpoint.options import CheckpointOptions
+from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 from distrib.checkpoint.variable import Variable
+from distrib.strategies.checkpoint_role import CheckpointRole
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointSaveError", "CheckpointRestoreError", "STATE_FILE"]
 
@@ -178,42 +182,65 @@ class Checkpoint:
         return missing, unused
 
     # ------------------------------------------------------------- write
-    def save(self, file_prefix: str) -> str:
+    def save(self, file_prefix: str, options: Optional[CheckpointOptions] = None) -> str:
         """Increment `save_counter` and write ``{file_prefix}-{save_counter}``; returns that path."""
         self.save_counter.assign_add(1)
-        return self.write(f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}")
+        return self.write(f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
 
-    def write(self, file_prefix: str, info: Optional[Dict[str, Any]] = None) -> str:
+    def write(self, file_prefix: str, info: Optional[Dict[str, Any]] = None,
+              options: Optional[CheckpointOptions] = None) -> str:
         """Write a checkpoint directory at exactly ``file_prefix`` (atomically); returns it.
 
         Collective under a multi-worker strategy: every worker must call it.
+        With ``options=CheckpointOptions(enable_async=True)`` it returns once
+        the state is copied, and a background thread writes and publishes the
+        copy (see `distrib.checkpoint.background`); the next `write`, `sync`
+        or restore waits for it first, so at most one save is in flight. The
+        copy is kept, and the next background save copies into it (no new
+        allocation, no page faults): a Checkpoint saved in the background
+        holds one copy of its state from then on.
 
         Raises:
-            CheckpointSaveError: on every worker, if writing failed on any worker.
+            CheckpointSaveError: on every worker, if writing failed on any
+                worker (for a background save: raised by the call that waits for it).
         """
+        background = CheckpointOptions.check(options, "Checkpoint.write").background
         role = resolve_role(self._strategy, "Checkpoint.write")
+        self.sync()
         path = str(file_prefix).rstrip("/")
         state = self.state_dict()  # may gather across replicas, so before anything can fail locally
-        error: Optional[str] = None
-        target = None
+        if background:  # the values of this step: training may change the objects now
+            state = copy_state(state, reuse=self.__dict__.get("_staging"))  # into the last copy: written by now
+            object.__setattr__(self, "_staging", state)
+        meta = {"save_counter": int(self.save_counter), "world_size": role.num_replicas_in_sync}
+        meta.update(info or {})
+        write = _Write(role, path, state, meta)
+        if background:
+            object.__setattr__(self, "_pending", (BackgroundWrite(write, what=path), write))
+            return path
         try:
-            target = storage.write_path_for(path, role)
-            meta = {"save_counter": int(self.save_counter), "world_size": role.num_replicas_in_sync}
-            meta.update(info or {})
-            with storage.AtomicDirectory(target, meta) as d:
-                d.write_bytes(STATE_FILE, dumps_state(state))
-        except Exception as exc:  # reported to every worker below
-            error = f"{role.who} could not write checkpoint {target or path}: {_first_line(exc)}"
-            if role.num_replicas_in_sync <= 1:
-                raise CheckpointSaveError(error) from exc
-        finally:
-            if target is not None:
-                storage.remove_write_path(path, target)
-        if role.num_replicas_in_sync > 1:
-            errors = [e for e in role.collective.all_gather_json(error) if e]
-            if errors:
-                raise CheckpointSaveError("; ".join(errors))
+            write()
+        except Exception as exc:  # reported to every worker by _agree
+            _agree(role, write.failure(exc), exc)
+            raise  # pragma: no cover - _agree raised
+        _agree(role, None, None)
         return path
+
+    def sync(self) -> None:
+        """Wait for this checkpoint's background save, if one is in flight, and check it succeeded.
+
+        Collective under a multi-worker strategy, like `write`.
+
+        Raises:
+            CheckpointSaveError: on every worker, if the write failed on any worker.
+        """
+        pending = self.__dict__.get("_pending")
+        if pending is None:
+            return
+        object.__setattr__(self, "_pending", None)
+        thread, write = pending
+        exc = thread.wait()
+        _agree(write.role, None if exc is None else write.failure(exc), exc)
 
     # ----------------------------------------------------------- restore
     def restore(self, save_path: Optional[str]) -> CheckpointLoadStatus:
@@ -252,25 +279,73 @@ class Checkpoint:
     def read(self, save_path: str) -> CheckpointLoadStatus:
         """Restore from exactly ``save_path`` (written by `write` or `save`); returns the status.
 
-        All or nothing: if any value does not fit, every object is put back as it was.
+        All or nothing: if any value does not fit, every object is put back as it
+        was. The tensors are read straight into the objects' own (see
+        `distrib.checkpoint.inplace_restore`); a save of this checkpoint still
+        in flight is waited for first.
         """
+        self.sync()
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
-        data = storage.read_verified(path, STATE_FILE, manifest)
-        state = loads_state(data, name=storage.join(path, STATE_FILE))
-        if not isinstance(state, dict):
-            raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(state).__name__})")
-        before = copy.deepcopy(self.state_dict())
-        try:
-            missing, unused = self._apply(state, where=path)
-        except BaseException:
-            self._apply(before, where="the state before the failed restore")
-            raise
+        outcome: Dict[str, Any] = {}
+
+        def apply(state: Dict[str, Any]) -> None:
+            where = "the state before the failed restore" if outcome.get("failed") else path
+            try:
+                outcome["result"] = self._apply(state, where=where)
+            except BaseException:
+                outcome["failed"] = True
+                raise
+
+        with StateFile(path, STATE_FILE, manifest) as state_file:
+            try:
+                planned, _ = restore_in_place(state_file, self.state_dict(), self._verbatim_tensors, apply)
+            except MemoryError:  # e.g. a forged tensor that fits no tracked object, too large to read
+                raise CheckpointRestoreError(
+                    f"{path}: not enough memory to read its tensors that fit no tracked object in place "
+                    f"(a {manifest['files'][STATE_FILE]['size']}-byte file)") from None
+        if not isinstance(planned, dict):
+            raise CheckpointRestoreError(f"{path}: not a Checkpoint (its state is a {type(planned).__name__})")
+        missing, unused = outcome["result"]
         restored = [n for n in self._objects if n not in missing]
         return CheckpointLoadStatus(path, restored, missing, unused)
 
+    def _verbatim_tensors(self) -> List[torch.Tensor]:
+        return [t for obj in self._objects.values() for t in verbatim_tensors(obj)]
+
     def __repr__(self) -> str:
         return f"Checkpoint({', '.join(self._objects)}; save_counter={int(self.save_counter)})"
+
+
+class _Write:
+    """One worker's part of a save: its files, at the path this worker writes (thread-safe, no collectives)."""
+
+    def __init__(self, role: CheckpointRole, path: str, state: Dict[str, Any], meta: Dict[str, Any]) -> None:
+        self.role, self.path, self._state, self._meta = role, path, state, meta
+        self._target: Optional[str] = None
+
+    def __call__(self) -> None:
+        try:
+            self._target = storage.write_path_for(self.path, self.role)
+            with storage.AtomicDirectory(self._target, self._meta) as d:
+                d.write_state(STATE_FILE, self._state)
+        finally:
+            self._state = None  # a background copy is freed as soon as it is written
+            if self._target is not None:
+                storage.remove_write_path(self.path, self._target)
+
+    def failure(self, exc: BaseException) -> str:
+        return f"{self.role.who} could not write checkpoint {self._target or self.path}: {_first_line(exc)}"
+
+
+def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseException]) -> None:
+    """Raise `CheckpointSaveError` on every worker if the write failed on any (collective when multi-replica)."""
+    if role.num_replicas_in_sync > 1:
+        errors = [e for e in role.collective.all_gather_json(error) if e]
+        if errors:
+            raise CheckpointSaveError("; ".join(errors)) from exc
+    elif error is not None:
+        raise CheckpointSaveError(error) from exc
 
 
 def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:

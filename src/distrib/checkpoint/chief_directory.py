@@ -10,20 +10,54 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from distrib.checkpoint import storage
+from distrib.checkpoint.background import BackgroundWrite
 from distrib.strategies import replica_process
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["write_directory"]
+__all__ = ["write_directory", "NestedState", "PendingDirectory"]
 
 
-def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, bytes], info: Dict[str, Any],
-                    overwrite: bool = True, who: str = "save") -> None:
+class NestedState:
+    """A file's content given as a nested state (see `distrib.checkpoint.format`), written a tensor at a time."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+
+class PendingDirectory:
+    """A `write_directory` running in the background; `wait` ends it (collective, like the call)."""
+
+    def __init__(self, write: BackgroundWrite, strategy: "Strategy") -> None:
+        self._write, self._strategy = write, strategy
+
+    @property
+    def path(self) -> str:
+        return self._write.what
+
+    def wait(self) -> None:
+        """Wait for the write, then for every worker; raise the write's error, if it failed here."""
+        error = self._write.wait()
+        _leave_together(self._strategy)
+        if error is not None:
+            raise error
+
+
+def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Union[bytes, NestedState]],
+                    info: Dict[str, Any], overwrite: bool = True, who: str = "save",
+                    background: bool = False) -> Optional[PendingDirectory]:
     """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
+
+    A file given as a `NestedState` is streamed (no copy of the state is made).
+    ``background=True`` returns a `PendingDirectory` at once, writing on a
+    thread (see `distrib.checkpoint.background`): the caller must have copied
+    what training may change, and must call its ``wait()`` where every worker does.
 
     Collective under a multi-replica strategy: every worker calls it with the
     same ``files``; the others write to private temporary directories removed
@@ -36,13 +70,27 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, byt
             taken = strategy.collective.agree_any(taken)
         if taken:
             raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
-    write_path = storage.write_path_for(filepath, strategy)
-    try:
-        with storage.AtomicDirectory(write_path, info=info) as directory:
-            for name, data in files.items():
-                directory.write_bytes(name, data)
-    finally:
-        storage.remove_write_path(filepath, write_path)
+
+    def write() -> None:
+        write_path = storage.write_path_for(filepath, strategy)
+        try:
+            with storage.AtomicDirectory(write_path, info=info) as directory:
+                for name, data in files.items():
+                    if isinstance(data, NestedState):
+                        directory.write_state(name, data.state)
+                    else:
+                        directory.write_bytes(name, data)
+        finally:
+            storage.remove_write_path(filepath, write_path)
+
+    if background:
+        return PendingDirectory(BackgroundWrite(write, what=filepath), strategy)
+    write()
+    _leave_together(strategy)
+    return None
+
+
+def _leave_together(strategy: "Strategy") -> None:
     if strategy.num_replicas_in_sync > 1:
         strategy.barrier()
     else:  # a one-replica strategy in a local-replica process: see distrib.strategies.replica_process

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from distrib.errors import DistribError
 
-__all__ = ["CorruptCheckpointError", "CheckpointNotFoundError", "CheckpointWarning"]
+__all__ = ["CorruptCheckpointError", "CheckpointNotFoundError", "CheckpointWarning", "UnsafeFileError"]
 
 
 class CorruptCheckpointError(DistribError, RuntimeError):
@@ -28,3 +28,7 @@ class CheckpointNotFoundError(CorruptCheckpointError, FileNotFoundError):
 
 class CheckpointWarning(UserWarning):
     """A damaged or incomplete checkpoint was skipped, or a restore was approximate."""
+
+
+class UnsafeFileError(DistribError, ValueError):
+    """A file that is not a safetensors state file (e.g. a pickle) was given to load."""

@@ -25,19 +25,20 @@ which holds a pickle -- is refused with one line naming it.
 """
 from __future__ import annotations
 
-from distrib.errors import DistribError
-
 import collections
 import json
 import math
-from typing import Any, Dict
+from typing import Any, BinaryIO, Callable, Dict, Mapping, Optional
 
-import fsspec
 import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
+
+from distrib.checkpoint.errors import UnsafeFileError
+from distrib.checkpoint.fs import url_to_fs
+from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
 
 __all__ = [
     "FORMAT_VERSION",
@@ -46,18 +47,17 @@ __all__ = [
     "loads_state",
     "freeze_state",
     "FrozenState",
+    "decode_state",
+    "copy_state",
+    "encode_state",
     "save_state",
     "load_state",
+    "read_tensors",
 ]
 
 FORMAT_VERSION = "1"
 _SKELETON_KEY = "distrib.skeleton"
 _VERSION_KEY = "distrib.format"
-_MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on its JSON header
-
-
-class UnsafeFileError(DistribError, ValueError):
-    """A file that is not a safetensors state file (e.g. a pickle) was given to load."""
 
 
 # ----------------------------------------------------------------- encoding
@@ -84,9 +84,10 @@ def _unsupported(path: str, value: Any) -> TypeError:
 class _Encoder:
     """Turns a nested state into (JSON skeleton, {name: tensor})."""
 
-    def __init__(self) -> None:
+    def __init__(self, to_cpu: bool = True) -> None:
         self.tensors: Dict[str, torch.Tensor] = {}
         self._storages: set = set()
+        self._to_cpu = to_cpu
 
     def encode(self, value: Any, path: str) -> Any:
         if isinstance(value, np.generic):  # before float: np.float64 subclasses float
@@ -122,13 +123,12 @@ class _Encoder:
     def _add(self, path: str, tensor: torch.Tensor) -> str:
         _check_tensor(path, tensor)
         t = tensor.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        if t.numel() and t.untyped_storage().data_ptr() in self._storages:
-            t = t.clone()  # safetensors refuses tensors that share memory
-        if t.numel():
-            self._storages.add(t.untyped_storage().data_ptr())
+        if self._to_cpu:
+            t = t.cpu().contiguous()
+            if t.numel() and t.untyped_storage().data_ptr() in self._storages:
+                t = t.clone()  # safetensors refuses tensors that share memory
+            if t.numel():
+                self._storages.add(t.untyped_storage().data_ptr())
         name, n = path, 1
         while name in self.tensors:
             n += 1
@@ -221,11 +221,9 @@ def dumps_state(state: Any) -> bytes:
     Raises:
         TypeError: a leaf or key type is not supported; the message names its path.
     """
-    enc = _Encoder()
-    skeleton = enc.encode(state, "state")
-    meta = {_VERSION_KEY: FORMAT_VERSION, _SKELETON_KEY: json.dumps(skeleton, separators=(",", ":"))}
+    tensors, meta = encode_state(state, copy_shared=True)
     try:
-        return _st_save(enc.tensors, metadata=meta)
+        return _st_save(tensors, metadata=meta)
     except (ValueError, KeyError, SafetensorError) as e:
         raise TypeError(f"cannot save state: safetensors refused it: {e}") from e
 
@@ -264,28 +262,45 @@ def freeze_state(state: Any) -> FrozenState:
     return FrozenState(_copy(state, "state"))
 
 
-def _copy(value: Any, path: str) -> Any:
+def copy_state(state: Any, reuse: Any = None) -> Any:
+    """A copy of ``state`` nothing else holds: tensors copied to the CPU, arrays and containers copied.
+
+    ``reuse``: an earlier copy of a state of the same layout; its tensors of
+    the same shape and dtype are overwritten instead of allocated again (a
+    background save copies into the previous save's copy: no page faults).
+
+    Raises:
+        TypeError: what `dumps_state` would refuse, named by its path.
+    """
+    return _copy(state, "state", reuse)
+
+
+def _copy(value: Any, path: str, reuse: Any = None) -> Any:
     if isinstance(value, np.generic) or value is None or isinstance(value, (bool, int, str, float)):
         return value
     if isinstance(value, torch.Tensor):
         _check_tensor(path, value)
+        if (isinstance(reuse, torch.Tensor) and reuse.shape == value.shape and reuse.dtype == value.dtype
+                and reuse.device.type == "cpu"):
+            return reuse.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, np.ndarray):
         _check_array(path, value)
         return value.copy()
     if isinstance(value, dict):
         out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
+        old = reuse if isinstance(reuse, dict) else {}
         for k, v in value.items():
             _check_key(path, k)
-            out[k] = _copy(v, f"{path}/{k}")
+            out[k] = _copy(v, f"{path}/{k}", old.get(k))
         meta = getattr(value, "_metadata", None)
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_copy(v, f"{path}/{i}") for i, v in enumerate(value))
-    if isinstance(value, list):
-        return [_copy(v, f"{path}/{i}") for i, v in enumerate(value)]
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        old_items = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else [None] * len(value)
+        items = [_copy(v, f"{path}/{i}", old_items[i]) for i, v in enumerate(value)]
+        return tuple(items) if isinstance(value, tuple) else items
     raise _unsupported(path, value)
 
 
@@ -299,7 +314,7 @@ def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:
         UnsafeFileError: the bytes are not a safetensors file (a pickle, a zip
             written by ``torch.save``, a truncated file, ...).
     """
-    _check_header(data, name)
+    check_leading_bytes(bytes(data[:9]), len(data), name)
     try:
         tensors = _st_load(bytes(data))
     except (SafetensorError, ValueError, KeyError) as e:
@@ -307,28 +322,45 @@ def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:
     meta = _metadata(data)
     if device is not None and torch.device(device).type != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
-    if _SKELETON_KEY not in meta:
-        return tensors
-    if meta.get(_VERSION_KEY) != FORMAT_VERSION:
-        raise UnsafeFileError(f"{name}: state format version {meta.get(_VERSION_KEY)!r} is not supported "
+    return decode_state(meta, tensors, name)
+
+
+def decode_state(metadata: Mapping[str, str], tensors: Mapping[str, Any], name: str) -> Any:
+    """The state a file's metadata and tensors describe (``{name: tensor}`` for a file without a skeleton).
+
+    ``tensors`` maps the file's tensor names to the values to place in the
+    state: tensors, or any stand-in with a ``numpy()`` method (a reader that
+    has not loaded the data yet uses references to plan where it goes).
+
+    Raises:
+        UnsafeFileError: an unsupported format version or a damaged or forged skeleton.
+    """
+    if _SKELETON_KEY not in metadata:
+        return dict(tensors)
+    if metadata.get(_VERSION_KEY) != FORMAT_VERSION:
+        raise UnsafeFileError(f"{name}: state format version {metadata.get(_VERSION_KEY)!r} is not supported "
                               f"(expected {FORMAT_VERSION})")
     try:
-        skeleton = json.loads(meta[_SKELETON_KEY])
+        skeleton = json.loads(metadata[_SKELETON_KEY])
     except (ValueError, TypeError, RecursionError) as e:
         raise UnsafeFileError(f"{name}: damaged state skeleton ({type(e).__name__}: {_short(e)})") from None
     return _decode(skeleton, tensors, name)
 
 
-def _check_header(data: bytes, name: str) -> None:
-    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
-    if 0 < n <= _MAX_HEADER and 8 + n <= len(data) and data[8:9] == b"{":
-        return
-    if data[:2] == b"PK" or (data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")):
-        raise UnsafeFileError(
-            f"{name}: refusing to load a pickle (e.g. a torch.save file), which could run arbitrary code; "
-            "distrib state files are safetensors"
-        )
-    raise UnsafeFileError(f"{name}: not a safetensors state file (bad or truncated header, {len(data)} bytes)")
+def encode_state(state: Any, copy_shared: bool = False) -> "tuple[Dict[str, torch.Tensor], Dict[str, str]]":
+    """``(tensors by name, metadata)`` describing ``state``, for a file writer.
+
+    The tensors are the state's own (detached, wherever they live): a
+    streaming writer copies each to the CPU only when it writes it.
+    ``copy_shared=True`` makes tensors that share memory separate copies (what
+    ``safetensors.torch.save`` requires).
+
+    Raises:
+        TypeError: a leaf or key type is not supported; the message names its path.
+    """
+    enc = _Encoder(to_cpu=copy_shared)
+    skeleton = enc.encode(state, "state")
+    return enc.tensors, {_VERSION_KEY: FORMAT_VERSION, _SKELETON_KEY: json.dumps(skeleton, separators=(",", ":"))}
 
 
 def _metadata(data: bytes) -> Dict[str, str]:
@@ -340,24 +372,51 @@ def _metadata(data: bytes) -> Dict[str, str]:
 
 # ----------------------------------------------------------------- files
 def save_state(state: Any, path_or_url: str) -> None:
-    """Write ``state`` to one safetensors file at a local path or fsspec URL.
+    """Write ``state`` to one safetensors file at a local path or fsspec URL, a tensor at a time.
 
-    This writes in place; for crash safety write inside
+    The state is never serialised whole in memory: each tensor goes from its
+    own memory to the file (see `distrib.checkpoint.safetensors_io`). This
+    writes in place; for crash safety write inside
     `distrib.checkpoint.storage.AtomicDirectory` instead.
+
+    Raises:
+        TypeError: a leaf, key or tensor type is not supported; the message names it.
     """
-    data = dumps_state(state)
-    with fsspec.open(path_or_url, "wb") as f:
-        f.write(data)
+    tensors, metadata = encode_state(state)
+    fs, path = url_to_fs(path_or_url)
+    with fs.open(path, "wb") as handle:
+        write_tensors(handle, tensors, metadata)
+
+
+def read_tensors(handle: BinaryIO, header: Header, on_read: Optional[Callable[[Any], None]] = None,
+                 device: Any = None) -> Dict[str, torch.Tensor]:
+    """Every tensor ``header`` describes, read in file order from ``handle`` (positioned after the header).
+
+    Each tensor is allocated at its own size and filled from the file, so the
+    memory used is the state's, plus one tensor when ``device`` is not the CPU.
+    """
+    tensors: Dict[str, torch.Tensor] = {}
+    move = device is not None and torch.device(device).type != "cpu"
+    for entry in header.in_file_order():
+        tensor = entry.empty()
+        entry.read_into(handle, tensor, header.data_start, on_read, seek=False)
+        tensors[entry.name] = tensor.to(device) if move else tensor
+    return tensors
 
 
 def load_state(path_or_url: str, device: Any = "cpu") -> Any:
     """Read a state written by `save_state`; tensors are placed on ``device``.
 
+    The file is read a tensor at a time: no copy of the whole file is made.
+
     Raises:
         UnsafeFileError: the file is not a safetensors state file (e.g. a pickle).
         FileNotFoundError: nothing is at ``path_or_url``.
     """
-    with fsspec.open(path_or_url, "rb") as f:
-        data = f.read()
-    return loads_state(data, name=str(path_or_url), device=device)
-
+    name = str(path_or_url)
+    fs, path = url_to_fs(path_or_url)
+    size = int(fs.size(path))
+    with fs.open(path, "rb") as handle:
+        header = read_header(handle, size, name)
+        tensors = read_tensors(handle, header, device=device)
+    return decode_state(header.metadata, tensors, name)

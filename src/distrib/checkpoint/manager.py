@@ -36,11 +36,12 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.agreement import chief_decides
+from distrib.checkpoint.agreement import AgreementError, chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.format import freeze_state, loads_state
 from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 
@@ -65,6 +66,12 @@ def _checked_index(index: Any) -> Dict[str, Any]:
     if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
         raise ValueError("'last_preserved_time' is not a number")
     return {"preserved": preserved, "last_preserved_time": float(when)}
+
+
+def _number(path: str) -> int:
+    """The ``N`` of a ``<name>-N`` path (-1 if it has none)."""
+    tail = str(path).rstrip("/").rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def _value(counter: Any) -> int:
@@ -117,6 +124,7 @@ class CheckpointManager:
         #: What elastic snapshots hold (default: ``checkpoint``); a replacement restores it from a peer.
         self._snapshot_checkpoint = checkpoint
         self._last_step: Optional[int] = None
+        self._pending: Optional[str] = None  # a background save not yet waited for
         index = self._read_index()
         self._preserved: List[str] = [storage.join(self._directory, n) for n in index.get("preserved", [])
                                       if "/" not in n and "\\" not in n and n not in ("", ".", "..")]
@@ -207,19 +215,29 @@ class CheckpointManager:
         return self._interval
 
     # -------------------------------------------------------------- save
-    def save(self, checkpoint_number: Optional[int] = None, check_interval: bool = True) -> Optional[str]:
+    def save(self, checkpoint_number: Optional[int] = None, check_interval: bool = True,
+             options: Optional[CheckpointOptions] = None) -> Optional[str]:
         """Save a numbered checkpoint and delete the ones beyond ``max_to_keep``.
 
         Collective under a multi-worker strategy: every worker calls it.
+
+        With ``options=CheckpointOptions(enable_async=True)`` the save returns
+        once the state is copied; the copy is written in the background, and
+        the next `save`, `sync` or `restore_or_initialize` waits for it, checks
+        every worker's write succeeded, then records it as the latest and
+        deletes the checkpoints beyond ``max_to_keep`` -- never before the new
+        one is published, so a crash mid-write leaves the previous one.
 
         Args:
             checkpoint_number: the ``N`` of ``<name>-N``; default the checkpoint's
                 incremented ``save_counter``.
             check_interval: honour ``checkpoint_interval`` (False forces a save).
+            options: a `CheckpointOptions`.
 
         Returns:
-            The path saved, or None when ``checkpoint_interval`` skipped the save.
+            The path saved (or being saved), or None when ``checkpoint_interval`` skipped the save.
         """
+        background = CheckpointOptions.check(options, "CheckpointManager.save").background
         if self._interval is not None:
             step = _value(self._step_counter)
             if self._last_step is not None and (step == self._last_step or
@@ -227,13 +245,38 @@ class CheckpointManager:
                 return None
             self._last_step = step
         role = resolve_role(self._strategy, "CheckpointManager.save")
-        chief = role.is_chief
-        if chief:
+        self.sync()  # at most one save in flight
+        if role.is_chief:
             storage.remove_stale_temporaries(self._directory, self._name)
         self._checkpoint.save_counter.assign_add(1)
         number = int(self._checkpoint.save_counter) if checkpoint_number is None else int(checkpoint_number)
-        path = self._checkpoint.write(storage.join(self._directory, f"{self._name}-{number}"))
-        if chief:
+        path = self._checkpoint.write(storage.join(self._directory, f"{self._name}-{number}"),
+                                      options=CheckpointOptions(enable_async=background))
+        if background:
+            self._pending = path
+        else:
+            self._published(role, path)
+        if self.snapshot_on_save:
+            self.keep_snapshot()
+        return path
+
+    def sync(self) -> None:
+        """Wait for a background save, check it succeeded on every worker, and record it as the latest.
+
+        Collective under a multi-worker strategy (every worker calls it where
+        it calls `save`); nothing to do when no save is in flight.
+
+        Raises:
+            CheckpointSaveError: on every worker, if the write failed on any worker.
+        """
+        path, self._pending = self._pending, None
+        self._checkpoint.sync()
+        if path is not None:
+            self._published(resolve_role(self._strategy, "CheckpointManager.sync"), path)
+
+    def _published(self, role: Any, path: str) -> None:
+        """Record ``path`` as the latest, delete beyond ``max_to_keep``; every worker gets the chief's list."""
+        if role.is_chief:
             self._record(path)
             self._write_index()  # the new latest first, so an interruption while sweeping still sees it
             self._sweep()
@@ -241,9 +284,6 @@ class CheckpointManager:
         if role.num_replicas_in_sync > 1:
             shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])
-        if self.snapshot_on_save:
-            self.keep_snapshot()
-        return path
 
     def snapshot_with(self, checkpoint: Checkpoint) -> None:
         """Let elastic snapshots hold ``checkpoint`` instead of the saved one (`BackupAndRestore` does)."""
@@ -282,11 +322,15 @@ class CheckpointManager:
 
     # ----------------------------------------------------------- restore
     def restore_or_initialize(self) -> Optional[str]:
-        """Restore the latest checkpoint and return its path, else call ``init_fn`` and return None.
+        """Restore the latest checkpoint and return the path restored, else call ``init_fn`` and return None.
 
         Collective under a multi-worker strategy: every worker restores the
-        checkpoint the chief found.
+        checkpoint the chief found. If that one does not restore (its values do
+        not fit the objects), `Checkpoint.restore` warns and restores the newest
+        older one that does: that is the path returned, and the one
+        `latest_checkpoint` names from then on.
         """
+        self.sync()
         path = self._latest
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
         if role.num_replicas_in_sync > 1:
@@ -300,11 +344,24 @@ class CheckpointManager:
                 restored()
             path = PEER_SNAPSHOT
         elif path is not None:
-            self._checkpoint.restore(path)
+            path = self._restored(role, self._checkpoint.restore(path).path)
         elif self._init_fn is not None:
             self._init_fn()
         if self.snapshot_on_save:
             self.keep_snapshot()  # elastic: a replacement can start from here
+        return path
+
+    def _restored(self, role: Any, path: Optional[str]) -> Optional[str]:
+        """Make ``path`` (what `Checkpoint.restore` fell back to, if it did) the latest; the same everywhere."""
+        if role.num_replicas_in_sync > 1:
+            paths = role.collective.all_gather_json(path)
+            if len(set(paths)) != 1:
+                raise AgreementError(f"CheckpointManager.restore_or_initialize: the workers restored different "
+                                     f"checkpoints ({', '.join(f'replica {i}: {p}' for i, p in enumerate(paths))})")
+        if path is not None and path != self._latest:
+            newer = [p for p in self._checkpoints if p != path and _number(p) > _number(path)]
+            self._checkpoints = [p for p in self._checkpoints if p not in newer]
+            self._latest = path
         return path
 
     def __repr__(self) -> str:

@@ -21,12 +21,13 @@ import json
 import os
 import re
 import stat
-from typing import Any, Dict
+from typing import Any, BinaryIO, Dict, Tuple
 
 from distrib.checkpoint.errors import CorruptCheckpointError
 from distrib.checkpoint.fs import is_local, url_to_fs
 
-__all__ = ["MAX_MANIFEST_BYTES", "MAX_FILE_BYTES", "parse_manifest", "check_file_name", "read_bounded"]
+__all__ = ["MAX_MANIFEST_BYTES", "MAX_FILE_BYTES", "parse_manifest", "check_file_name", "read_bounded",
+           "open_checked"]
 
 #: Largest manifest distrib reads (a real one is a few hundred bytes per file).
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
@@ -89,12 +90,12 @@ def parse_manifest(path: str, data: bytes, expected_format: str) -> Dict[str, An
     return manifest
 
 
-def read_bounded(path: str, name: str, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of file ``name`` in checkpoint ``path`` (so overlong shows).
+def open_checked(path: str, name: str) -> Tuple[BinaryIO, int]:
+    """File ``name`` of checkpoint ``path`` opened for reading, and its size now.
 
     On a local filesystem the file must be a regular file whose real path lies
     inside the checkpoint's real path: a symlink to ``/etc/hostname`` or
-    ``/dev/zero`` is refused.
+    ``/dev/zero`` is refused. The caller closes the handle.
 
     Raises:
         FileNotFoundError: there is no such file.
@@ -107,10 +108,28 @@ def read_bounded(path: str, name: str, limit: int) -> bytes:
         real = os.path.realpath(target)
         if os.path.commonpath([real_root, real]) != real_root:
             raise _corrupt(path, f"{name} is a link that leaves the checkpoint (to {real})")
-        mode = os.stat(real).st_mode
-        if not stat.S_ISREG(mode):
+        handle = open(real, "rb")  # noqa: SIM115 - returned to the caller
+        mode = os.fstat(handle.fileno())
+        if not stat.S_ISREG(mode.st_mode):
+            handle.close()
             raise _corrupt(path, f"{name} is not a regular file")
-    with fs.open(target, "rb") as handle:
+        return handle, mode.st_size
+    handle = fs.open(target, "rb")
+    size = getattr(handle, "size", None)
+    return handle, int(size) if isinstance(size, int) else int(fs.size(target))
+
+
+def read_bounded(path: str, name: str, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of file ``name`` in checkpoint ``path`` (so overlong shows).
+
+    The file is opened by `open_checked` (a regular file inside the checkpoint).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        CorruptCheckpointError: the file is not a regular file inside the checkpoint.
+    """
+    handle, _ = open_checked(path, name)
+    with handle:
         return _read_at_most(handle, limit + 1)
 
 

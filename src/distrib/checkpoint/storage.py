@@ -47,12 +47,16 @@ import json
 import os
 import time
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, BinaryIO, Callable, Dict, Optional
 
 from distrib.checkpoint.errors import CheckpointNotFoundError, CheckpointWarning, CorruptCheckpointError
 from distrib.checkpoint.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
                                    sha256, url_to_fs, write_local)
+from distrib.checkpoint.format import encode_state
+from distrib.checkpoint.hash_pipe import HashPipe
 from distrib.checkpoint.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
+from distrib.checkpoint.safetensors_io import write_tensors
+from distrib.checkpoint.state_file import read_state_verified, verify_file
 from distrib.checkpoint.worker_paths import remove_write_path, worker_write_path, write_path_for
 
 __all__ = [
@@ -67,6 +71,8 @@ __all__ = [
     "is_complete",
     "read_manifest",
     "read_verified",
+    "read_state_verified",
+    "verify_file",
     "exists",
     "remove",
     "remove_checkpoint",
@@ -161,19 +167,46 @@ class AtomicDirectory:
 
     def write_bytes(self, name: str, data: bytes) -> str:
         """Write one file into the directory; returns its final path."""
+        data = bytes(data)
+
+        def produce(handle: BinaryIO, on_write: Callable[[Any], None]) -> int:
+            handle.write(data)
+            on_write(data)
+            return len(data)
+        return self.write_with(name, produce)
+
+    def write_state(self, name: str, state: Any) -> str:
+        """Write a nested state (see `distrib.checkpoint.format`) as file ``name``, a tensor at a time.
+
+        Nothing the size of the state is built in memory: each tensor goes from
+        its own memory to the file while the file's sha256 is computed.
+        Returns the file's final path.
+        """
+        tensors, metadata = encode_state(state)
+        return self.write_with(name, lambda handle, on_write: write_tensors(handle, tensors, metadata, on_write))
+
+    def write_with(self, name: str, produce: Callable[[BinaryIO, Callable[[Any], None]], int]) -> str:
+        """Write file ``name`` with ``produce(handle, on_write)``, which returns the bytes it wrote and
+        passes each buffer to ``on_write`` (to hash it). Returns the file's final path."""
+        self._check_writable(name)
+        target = os.path.join(self._work, name)
+        with HashPipe() as digest:  # hashed on its own thread while the bytes are written
+            if self._atomic_rename:
+                with open(target, "wb") as handle:
+                    size = produce(handle, digest.update)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            else:
+                with self._fs.open(target, "wb") as handle:
+                    size = produce(handle, digest.update)
+            self._files[name] = {"sha256": digest.hexdigest(), "size": int(size)}
+        return join(self.path, name)
+
+    def _check_writable(self, name: str) -> None:
         if self._state != "open":
-            raise RuntimeError(f"{self.path}: write_bytes outside an open AtomicDirectory")
+            raise RuntimeError(f"{self.path}: writing outside an open AtomicDirectory")
         if not name or "/" in name or "\\" in name or name in (MANIFEST_NAME, MARKER_NAME) or name.startswith("."):
             raise ValueError(f"{self.path}: invalid checkpoint file name {name!r}")
-        data = bytes(data)
-        target = os.path.join(self._work, name)
-        if self._atomic_rename:
-            write_local(target, data)
-        else:
-            with self._fs.open(target, "wb") as f:
-                f.write(data)
-        self._files[name] = {"sha256": sha256(data), "size": len(data)}
-        return join(self.path, name)
 
     def commit(self) -> str:
         """Write manifest and marker, then publish the directory; returns its path."""
@@ -265,6 +298,8 @@ def read_verified(path: str, name: str, manifest: Optional[Dict[str, Any]] = Non
     """The bytes of file ``name`` in checkpoint ``path``, checked against the manifest.
 
     Never reads more than the manifest's size for the file (plus one byte).
+    For small files (JSON); a state file is read by `read_state_verified`,
+    which never holds the file's bytes whole.
 
     Raises:
         CorruptCheckpointError: the checkpoint is incomplete, or the file is
@@ -296,7 +331,7 @@ def verify(path: str) -> Dict[str, Any]:
     """
     manifest = read_manifest(path)
     for name in manifest["files"]:
-        read_verified(path, name, manifest)
+        verify_file(path, name, manifest)  # streamed: memory bounded by a few buffers, not the file
     return manifest
 
 

@@ -2,7 +2,9 @@
 
 Order: a non-empty ``TF_CONFIG``; else torchrun's ``RANK`` + ``WORLD_SIZE`` +
 ``MASTER_ADDR``; else a SLURM step of more than one task (``SLURM_PROCID``
-and ``SLURM_NTASKS`` > 1); else a single-process run.
+and ``SLURM_NTASKS`` > 1); else a single-process run -- with an
+`EmptyTFConfigWarning` when ``TF_CONFIG`` is set but blank or ``{}``, since
+that is usually a launcher or shell that lost the real value.
 
 Example:
     >>> resolve_cluster({}).world_size
@@ -20,7 +22,7 @@ from distrib.cluster.resolver_base import ClusterResolver
 from distrib.cluster.simple import SimpleClusterResolver
 from distrib.cluster.slurm import SlurmClusterResolver, slurm_num_tasks_variable
 from distrib.cluster.spec import ClusterSpec
-from distrib.cluster.tf_config import TFConfigClusterResolver, tf_config_is_empty
+from distrib.cluster.tf_config import TFConfigClusterResolver, tf_config_is_empty, warn_single_process
 from distrib.cluster.torchrun import TORCHRUN_VARIABLES, TorchrunClusterResolver
 
 __all__ = ["resolve_cluster"]
@@ -40,6 +42,8 @@ def resolve_cluster(environ: Optional[Mapping[str, str]] = None) -> ClusterResol
         return TorchrunClusterResolver(env)
     if "SLURM_PROCID" in env and _slurm_has_several_tasks(env):
         return SlurmClusterResolver(env)
+    if env.get("TF_CONFIG") is not None:  # set, but blank or {}: usually a launcher that lost the value
+        warn_single_process(f"TF_CONFIG is set but empty ({env['TF_CONFIG'][:20]!r})")
     return SimpleClusterResolver(ClusterSpec({}))
 
 

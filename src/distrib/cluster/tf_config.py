@@ -42,13 +42,16 @@ from distrib.cluster.errors import (
 from distrib.cluster.resolver_base import ResolvedClusterResolver
 from distrib.cluster.spec import ClusterSpec
 
-__all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty", "EmptyTFConfigWarning"]
+__all__ = ["TFConfigClusterResolver", "load_tf_config", "tf_config_is_empty", "EmptyTFConfigWarning",
+           "RPC_LAYERS", "warn_single_process"]
 
 
 class EmptyTFConfigWarning(UserWarning):
     """``TF_CONFIG`` is set but describes no training cluster: the process runs alone."""
 
 _TOP_KEYS = ("cluster", "task", "rpc_layer", "environment")
+#: The ``rpc_layer`` values TensorFlow's servers accept (``""`` means none, as in TF).
+RPC_LAYERS = ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr", "grpc+loas", "")
 _TASK_KEYS = ("type", "index")
 _SHAPE = '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
 _CLUSTER = "TF_CONFIG['cluster']"
@@ -68,6 +71,10 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _decode(text: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except RecursionError:
+        raise ClusterConfigError(
+            f"TF_CONFIG: nested too deeply to be a cluster description ({len(text)} characters); "
+            f"expected {_SHAPE}") from None
     except json.JSONDecodeError as err:
         start = max(err.pos - 25, 0)
         near = text[start:err.pos] + " <here> " + text[err.pos:err.pos + 25]
@@ -107,7 +114,7 @@ def tf_config_is_empty(environ: Optional[Mapping[str, str]] = None) -> bool:
         return True
     try:
         return bool(json.loads(text) == {})
-    except ValueError:
+    except (ValueError, RecursionError):  # malformed: the resolver names the problem
         return False
 
 
@@ -130,7 +137,7 @@ class TFConfigClusterResolver(ResolvedClusterResolver):
         if tf_config is None and not config and (os.environ if environ is None else environ).get(
                 "TF_CONFIG") is not None:
             _warn_alone("TF_CONFIG is set but empty")
-        self._rpc_layer = _optional_str(config, "rpc_layer")
+        self._rpc_layer = _parse_rpc_layer(config)
         self._environment = _optional_str(config, "environment") or ""
         if not config:
             self._spec, self._task_type, self._task_id = ClusterSpec(), None, None
@@ -152,6 +159,11 @@ class TFConfigClusterResolver(ResolvedClusterResolver):
     @property
     def environment(self) -> str:
         return self._environment
+
+
+def warn_single_process(what: str) -> None:
+    """Warn (`EmptyTFConfigWarning`) that ``what`` makes this process run alone, not in a cluster."""
+    _warn_alone(what)
 
 
 def _warn_alone(what: str, evaluator: bool = False) -> None:
@@ -178,6 +190,17 @@ def _optional_str(config: Mapping[str, Any], key: str) -> Optional[str]:
         raise ClusterConfigError(
             f"TF_CONFIG[{key!r}]: expected a string, got {kind_of(value)} {show(value)}")
     return value
+
+
+def _parse_rpc_layer(config: Mapping[str, Any]) -> Optional[str]:
+    """``rpc_layer`` if it is one TensorFlow knows (or absent); a typo such as ``"grcp"`` is an error."""
+    layer = _optional_str(config, "rpc_layer")
+    if layer is None or layer in RPC_LAYERS:
+        return layer
+    raise ClusterConfigError(
+        f"TF_CONFIG['rpc_layer']: {layer[:60]!r} is not an RPC layer TensorFlow knows; expected one of "
+        f"{quoted_list(RPC_LAYERS)}{did_you_mean(layer, RPC_LAYERS)} (distrib's own traffic goes over "
+        f"torch.distributed whatever it says)")
 
 
 def _parse_spec(cluster: Any) -> ClusterSpec:

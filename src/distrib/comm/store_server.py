@@ -5,7 +5,9 @@ first prove it holds the job secret (`distrib.comm.auth_handshake`) within
 the handshake time; at most ``max_pending`` connections may be unproven at
 once (the oldest is dropped for a new one). A peer that proves a different
 secret is recorded (`secret_mismatches`, so a rendezvous timeout can name
-it) and logged once per address; the job goes on.
+it) and logged once per host, whatever its source port; the job goes on. What
+strangers cost is bounded: at most `MAX_NAMED_HOSTS` hosts are remembered and
+named (one line each), the rest are counted and announced by one more line.
 
 Example:
     >>> server = AuthStoreServer("127.0.0.1", 0, b"job-secret")
@@ -20,19 +22,64 @@ import logging
 import socket
 import threading
 import time
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence
 
 from distrib.comm.auth_handshake import (AuthenticationError, HandshakeAbandoned, ProtocolError, SecretMismatchError,
                                          decode_fields, encode_fields, server_handshake)
 
-__all__ = ["AuthStoreServer", "secret_mismatches"]
+__all__ = ["AuthStoreServer", "secret_mismatches", "HostLog", "MAX_NAMED_HOSTS"]
 
 log = logging.getLogger("distrib.comm")
 _HANDSHAKE_SECONDS = 10.0  # the whole handshake must end by then, however the peer paces its bytes
 _MAX_PENDING = 64  # unauthenticated connections at once; the oldest is dropped for a new one
 _ACCEPT_BACKOFF = (0.01, 1.0)  # after a failed accept() (EMFILE...): first and longest pause
-_MISMATCHES: List[str] = []  # peers that proved a different job secret, in this process
 _MAX_KEY_BYTES = 4096
+#: Hosts remembered (and logged, once each) as strangers or as holders of another secret.
+MAX_NAMED_HOSTS = 32
+
+
+class HostLog:
+    """Which hosts were already logged: one line per host, at most ``limit`` hosts, then one more line.
+
+    Thread-safe; its memory is bounded by ``limit`` however many peers connect.
+
+    Example:
+        >>> log = HostLog(limit=2)
+        >>> [log.first_time(h) for h in ("a", "a", "b", "c", "d")]
+        ['new', None, 'new', 'full', None]
+        >>> log.hosts(), log.count("a"), log.unnamed
+        (['a', 'b'], 2, 2)
+    """
+
+    def __init__(self, limit: int = MAX_NAMED_HOSTS) -> None:
+        self._limit = limit
+        self._counts: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        #: Events from hosts beyond ``limit``, counted but not named.
+        self.unnamed = 0
+
+    def first_time(self, host: str) -> Optional[str]:
+        """``'new'`` for a host to log, ``'full'`` once when the limit is first passed, else None."""
+        with self._lock:
+            if host in self._counts:
+                self._counts[host] += 1
+                return None
+            if len(self._counts) < self._limit:
+                self._counts[host] = 1
+                return "new"
+            self.unnamed += 1
+            return "full" if self.unnamed == 1 else None
+
+    def hosts(self) -> List[str]:
+        with self._lock:
+            return list(self._counts)
+
+    def count(self, host: str) -> int:
+        with self._lock:
+            return self._counts.get(host, 0)
+
+
+_MISMATCHES = HostLog()  # hosts that proved a different job secret to this process's stores
 
 
 class AuthStoreServer:
@@ -47,7 +94,8 @@ class AuthStoreServer:
         self._pending_lock = threading.Lock()
         self._data: Dict[bytes, bytes] = {}
         self._cond = threading.Condition()
-        self._reported: Set[str] = set()
+        self._strangers = HostLog()
+        self._mismatched = HostLog()
         self._closed = False
         self.accept_failures = 0
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv6 literals too
@@ -112,9 +160,10 @@ class AuthStoreServer:
             except HandshakeAbandoned:
                 return  # nothing was proven and nothing read: not worth a warning
             except SecretMismatchError as exc:
-                _MISMATCHES.append(address)
-                log.warning("distrib: %s: a connection from %s to the job's store; the job goes on "
-                            "without it", exc, address)
+                host = address.rsplit(":", 1)[0]
+                _MISMATCHES.first_time(host)
+                self._log_once(self._mismatched, host, "distrib: %s: a connection from %s to the job's store; "
+                               "the job goes on without it (further ones from there are not logged)", exc, host)
                 return
             except (AuthenticationError, ProtocolError, OSError) as exc:
                 self._report_stranger(address.rsplit(":", 1)[0], exc)
@@ -132,10 +181,17 @@ class AuthStoreServer:
                 return  # the task left (or broke its own connection): nothing to answer
 
     def _report_stranger(self, address: str, exc: BaseException) -> None:
-        if address not in self._reported:
-            self._reported.add(address)
-            log.warning("distrib: refused a connection to the job's store from %s: it did not "
-                        "prove it holds the job secret (%s); the job goes on", address, exc)
+        self._log_once(self._strangers, address, "distrib: refused a connection to the job's store from %s: "
+                       "it did not prove it holds the job secret (%s); the job goes on", address, exc)
+
+    @staticmethod
+    def _log_once(seen: HostLog, host: str, message: str, *args: object) -> None:
+        verdict = seen.first_time(host)
+        if verdict == "new":
+            log.warning(message, *args)
+        elif verdict == "full":
+            log.warning("distrib: the job's store refused connections from more than %d hosts; further "
+                        "hosts are counted, not logged (the job goes on)", MAX_NAMED_HOSTS)
 
     def _dispatch(self, request: List[bytes]) -> List[bytes]:
         if not request or any(len(k) > _MAX_KEY_BYTES for k in request[1:2]):
@@ -240,5 +296,6 @@ _HANDLERS = {
 
 
 def secret_mismatches() -> List[str]:
-    """Addresses that proved a different job secret to this process's store, oldest first."""
-    return list(_MISMATCHES)
+    """Hosts that proved a different job secret to this process's stores, oldest first (at most
+    `MAX_NAMED_HOSTS`)."""
+    return _MISMATCHES.hosts()

@@ -42,12 +42,11 @@ import numpy as np
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.format import dumps_state, loads_state
 from distrib.data.structure import TensorSpec
 from distrib.errors import DistribError
 from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
-from distrib.checkpoint.chief_directory import write_directory
+from distrib.checkpoint.chief_directory import NestedState, write_directory
 
 __all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
            "LoadOptions",
@@ -184,7 +183,7 @@ def save(obj: Any, export_dir: Union[str, Any], signatures: Any = None, options:
                      "inputs": [{"name": f"input_{i}", "shape": list(s.shape), "dtype": str(s.dtype).replace("torch.", "")}
                                 for i, s in enumerate(specs)],
                      "outputs": outputs}}}
-    files = {PROGRAM_NAME: bytes(artifact.exported_program), WEIGHTS_NAME: dumps_state(state),
+    files = {PROGRAM_NAME: bytes(artifact.exported_program), WEIGHTS_NAME: NestedState(state),
              SIGNATURE_NAME: json.dumps(signature, indent=1, sort_keys=True).encode()}
     write_directory(export_dir, strategy, files, {"kind": FORMAT}, who="saved_model.save")
 
@@ -275,7 +274,7 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UnsafeProgramError(f"{where}: {PROGRAM_NAME} is not valid JSON ({e})") from None
     clean = sanitized_program(program, f"{export_dir}/{PROGRAM_NAME}")
-    state = loads_state(storage.read_verified(export_dir, WEIGHTS_NAME, manifest), name=f"{export_dir}/{WEIGHTS_NAME}")
+    state = storage.read_state_verified(export_dir, WEIGHTS_NAME, manifest)
     if not isinstance(state, dict) or not isinstance(state.get("state_dict"), dict) \
             or not isinstance(state.get("constants"), dict):
         raise UnsafeProgramError(f"{where}: {WEIGHTS_NAME} does not hold state_dict and constants")

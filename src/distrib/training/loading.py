@@ -18,7 +18,6 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.format import loads_state
 from distrib.saved_model.options import check_load_options
 from distrib.training import keras_io
 from distrib.training.architecture import rebuild
@@ -72,7 +71,7 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
         raise SerializationError(f"{filepath} is not a saved distrib model (format "
                                  f"{config.get('format') if isinstance(config, dict) else None!r}); "
                                  "was it written by model.save()?")
-    state = loads_state(storage.read_verified(filepath, STATE_NAME, manifest), name=f"{filepath}/{STATE_NAME}")
+    state = storage.read_state_verified(filepath, STATE_NAME, manifest)
     where = f"load_model({filepath})"
     build = _builder(config, builder, filepath, custom_objects, safe_mode)
     built = build(**(config.get("builder_kwargs") or {}))

@@ -40,7 +40,8 @@ from distrib.training.loop import TrainingLoop
 from distrib.training.loop_state import TrainLoopState
 from distrib.training.serialization import import_by_path, to_spec
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
+    from distrib.checkpoint.chief_directory import PendingDirectory
     from distrib.strategies.interface import Strategy
 
 __all__ = ["Model"]
@@ -318,6 +319,15 @@ class Model:
         """Restore what `state_dict` returned (compile first to restore the optimizer)."""
         model_state.load_model_state(self._loop, state)
 
+    def tensors_restored_verbatim(self) -> List[torch.Tensor]:
+        """The module's and optimizer's tensors, which `load_state_dict` sets to the saved values unchanged.
+
+        A `distrib.train.Checkpoint` restores these straight from the file
+        (see `distrib.checkpoint.inplace_restore`); metric states are not
+        among them, since a restore may zero them on all replicas but the first.
+        """
+        return model_state.verbatim_model_tensors(self._loop)
+
     def get_weights(self) -> List[np.ndarray]:
         """The module's parameters and buffers as numpy arrays, in ``state_dict`` order."""
         return model_state.get_weights(self.module)
@@ -340,18 +350,22 @@ class Model:
 
     # --------------------------------------------------------------- saving
     def save(self, filepath: str, overwrite: bool = True, options: Any = None, include_optimizer: bool = True,
-             save_format: Optional[str] = None, signatures: Any = None) -> None:
+             save_format: Optional[str] = None, signatures: Any = None) -> "Optional[PendingDirectory]":
         """Save to directory ``filepath`` (every worker calls it; only the chief's copy lands there).
 
         A Keras model saved to a path ending in ``.keras`` is written by Keras itself.
         ``options`` (a `distrib.saved_model.SaveOptions`), ``save_format`` and
         ``signatures`` are accepted for TF compatibility (see `distrib.saved_model.options`).
+        ``options=distrib.train.CheckpointOptions(enable_async=True)`` copies the
+        state and writes it in the background: the call returns a
+        `distrib.checkpoint.chief_directory.PendingDirectory` whose ``wait()``
+        every worker must call (`ModelCheckpoint` does).
         """
-        from distrib.saved_model.options import check_save_options
         from distrib.training.saving import save_model
 
-        check_save_options(options, "model.save")
-        save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
+        background = _background(options, "model.save")
+        return save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
+                          background=background)
 
     def builder_callable(self) -> Any:
         """The function `load_model` would call to rebuild the module."""
@@ -359,13 +373,19 @@ class Model:
 
     # ------------------------------------------ weights and export (thin: see training/weights.py, export)
     def save_weights(self, filepath: str, overwrite: bool = True, save_format: Optional[str] = None,
-                     options: Any = None) -> None:
-        """Save the module's weights as safetensors (every worker calls it; the chief writes)."""
-        from distrib.saved_model.options import check_save_options
+                     options: Any = None) -> "Optional[PendingDirectory]":
+        """Save the module's weights as safetensors (every worker calls it; the chief writes).
+
+        ``options`` may be a `distrib.saved_model.SaveOptions` or, as in
+        ``tf.keras``, a `distrib.train.CheckpointOptions`: with
+        ``enable_async=True`` the weights are copied and written in the
+        background, and the call returns a
+        `distrib.checkpoint.chief_directory.PendingDirectory` whose ``wait()``
+        every worker must call.
+        """
         from distrib.training.weights import save_weights
 
-        check_save_options(options, "save_weights")
-        save_weights(self, filepath, overwrite=overwrite)
+        return save_weights(self, filepath, overwrite=overwrite, background=_background(options, "save_weights"))
 
     def load_weights(self, filepath: Optional[str], options: Any = None) -> None:
         """Load weights written by `save_weights` (or a ``.safetensors`` file); keys and shapes must match."""
@@ -391,3 +411,14 @@ def _hint_if_alone_on_a_busy_machine(strategy: "Strategy") -> None:
     if (strategy.num_replicas_in_sync == 1 and replica_process.current() is None
             and not (dist.is_available() and dist.is_initialized())):
         warn_if_oversubscribed()
+
+
+def _background(options: Any, where: str) -> bool:
+    """Whether save ``options`` ask for a background write (a `CheckpointOptions` with ``enable_async``)."""
+    from distrib.checkpoint.options import CheckpointOptions
+    from distrib.saved_model.options import check_save_options
+
+    if isinstance(options, CheckpointOptions):
+        return options.background
+    check_save_options(options, where)
+    return False

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import numpy as np
 import torch
 
+from distrib.checkpoint.inplace_restore import verbatim_tensors
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
     from distrib.training.loop_host import LoopHost
 
-__all__ = ["model_state_dict", "load_model_state", "fold_metrics", "apply_metric_state", "get_weights", "set_weights"]
+__all__ = ["model_state_dict", "load_model_state", "verbatim_model_tensors", "fold_metrics", "apply_metric_state", "get_weights", "set_weights"]
 
 
 def _metric_state(metric: Any, strategy: "Strategy", aggregate: bool) -> Any:
@@ -63,6 +64,12 @@ def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[
         "metrics": metrics,
         "metrics_aggregated": bool(aggregate_metrics and strategy.num_replicas_in_sync > 1),
     }
+
+
+def verbatim_model_tensors(loop: "LoopHost") -> List[torch.Tensor]:
+    """See `Model.tensors_restored_verbatim`."""
+    optimizer = loop.torch_optimizer
+    return verbatim_tensors(loop.module) + ([] if optimizer is None else verbatim_tensors(optimizer))
 
 
 def fold_metrics(loop: "LoopHost") -> None:

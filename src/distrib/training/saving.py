@@ -50,8 +50,8 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.chief_directory import write_directory
-from distrib.checkpoint.format import dumps_state
+from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
+from distrib.checkpoint.format import copy_state
 from distrib.training import keras_io
 from distrib.training.architecture import describe
 from distrib.training.serialization import importable_path
@@ -126,8 +126,13 @@ def module_weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return module.state_dict()
 
 
-def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, include_optimizer: bool = True) -> None:
-    """Implementation of `Model.save` (see the module docstring)."""
+def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, include_optimizer: bool = True,
+               background: bool = False) -> Optional[PendingDirectory]:
+    """Implementation of `Model.save` (see the module docstring).
+
+    ``background=True`` (distrib's directory format only) copies the state now
+    and writes it on a thread; the caller waits for the returned `PendingDirectory`.
+    """
     filepath = str(filepath)
     strategy = model.distribute_strategy
     if filepath.endswith(".keras") and keras_io.is_keras_model(model.module):
@@ -139,12 +144,13 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
             if taken:
                 raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
         keras_io.save_keras_file(model.module, filepath, strategy)
-        return
+        return None
     config = model_config(model)  # raises (on every worker alike) if the compile config cannot be saved
     optimizer = model.torch_optimizer if include_optimizer else None
     state = {"module": module_weights(model.module),
              "optimizer": None if optimizer is None else optimizer.state_dict()}
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
-    state_bytes = dumps_state(state)
-    write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: state_bytes},
-                    {"kind": FORMAT, "name": model.name}, overwrite, who="model.save")
+    if background:
+        state = copy_state(state)
+    return write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: NestedState(state)},
+                           {"kind": FORMAT, "name": model.name}, overwrite, who="model.save", background=background)

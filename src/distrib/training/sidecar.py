@@ -47,7 +47,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import numbered_checkpoints
-from distrib.checkpoint.format import loads_state
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.errors import DistribError
 from distrib.training.sidecar_state import STATE_FILE as SIDECAR_STATE_FILE
@@ -164,9 +163,8 @@ class SidecarEvaluator:
 
     def _evaluate(self, number: int, path: str) -> Optional[Dict[str, Any]]:
         try:
-            manifest = storage.verify(path)
-            state = loads_state(storage.read_verified(path, STATE_FILE, manifest),
-                                name=storage.join(path, STATE_FILE))
+            manifest = storage.verify(path)  # every file, streamed
+            state = storage.read_state_verified(path, STATE_FILE, manifest)
         except (CorruptCheckpointError, FileNotFoundError, KeyError, ValueError, OSError) as exc:
             newer = [n for n, _ in numbered_checkpoints(self.checkpoint_dir, self.checkpoint_prefix) if n > number]
             if newer:

@@ -25,13 +25,13 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.chief_directory import write_directory
-from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
+from distrib.checkpoint.format import copy_state, load_state
 from distrib.checkpoint.fs import url_to_fs
 from distrib.training.errors import WeightsMismatchError
 
@@ -48,29 +48,36 @@ def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
 
     if is_keras_model(module):  # by position: Keras's state_dict keys depend on what was built before
         return keras_weights(module)
-    return {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
+    return {k: v.detach() for k, v in module.state_dict().items()}  # the writer copies one tensor at a time
 
 
-def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True) -> None:
-    """Implementation of `Model.save_weights` (see the module docstring)."""
+def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True,
+                 background: bool = False) -> Optional[PendingDirectory]:
+    """Implementation of `Model.save_weights` (see the module docstring).
+
+    ``background=True`` copies the weights now and writes the copy on a
+    thread; the caller waits for the returned `PendingDirectory` (`ModelCheckpoint` does).
+    """
     filepath = str(filepath).rstrip("/")
-    data = dumps_state(_weights(model.module))
-    write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: data},
-                    {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights")
+    weights = _weights(model.module)
+    if background:
+        weights = copy_state(weights)
+    return write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: NestedState(weights)},
+                           {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights",
+                           background=background)
 
 
 def read_weights(filepath: str) -> Dict[str, torch.Tensor]:
     """The tensors of a `save_weights` directory or a plain safetensors file (verified, never unpickled)."""
     fs, path = url_to_fs(filepath)
     if fs.isdir(path):
-        data = storage.read_verified(filepath, WEIGHTS_NAME)
+        state = storage.read_state_verified(filepath, WEIGHTS_NAME, storage.read_manifest(filepath))
     elif fs.exists(path):
-        data = fs.cat_file(path)
+        state = load_state(filepath)
     else:
         raise storage.CheckpointNotFoundError(
             f"load_weights: {filepath} not found; give a directory written by save_weights (e.g. "
             "distrib.train.latest_checkpoint(dir)) or a .safetensors file")
-    state = loads_state(data, name=filepath)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise WeightsMismatchError(f"load_weights: {filepath} holds a full model state, not weights; "
                                    "use distrib.models.load_model for a model.save directory")

@@ -46,7 +46,7 @@ from distrib.cluster.task import TaskInfo
 from distrib.cluster.hostcheck import resolve_cluster_hosts
 from distrib.comm.attempt import attempt_store
 from distrib.comm.rendezvous import connect_store, wait_for_all
-from distrib.comm.secret import NO_SECRET_ADVICE, cluster_secret, job_secret
+from distrib.comm.secret import NO_SECRET_ADVICE, cluster_secret, is_loopback, job_secret
 from distrib.strategies.parameter_server.auth import CallAuth
 from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
@@ -147,18 +147,19 @@ class Runtime:
         if _JOINED:
             raise RuntimeError("ParameterServerStrategy: this process already joined a parameter-server "
                                "job; create the strategy once per process")
-        _JOINED.append(self)
         c = self.cluster
         host, port = c.chief_address
         rank, world = c.rank, len(c.tasks)
         tls = tls_from_env()
         closed = registered_only()
-        secret = job_secret() if tls is not None else cluster_secret(host, _EXPOSED_CLOSED if closed else _EXPOSED)
-        if secret is None and tls is None and not closed:
+        if tls is None and not closed and job_secret() is None and not is_loopback(host):
+            # refused in this one line: no "no job secret" warning first (cluster_secret would say it)
             raise ChannelConfigError(f"parameter-server job without a job secret and its chief {host} is "
                                      f"beyond loopback: anyone who can reach its ports could run code "
                                      f"in it, so it does not start ({MODE_VARIABLE}=registered on every "
                                      f"task sends no code); {NO_SECRET_ADVICE}")
+        secret = job_secret() if tls is not None else cluster_secret(host, _EXPOSED_CLOSED if closed else _EXPOSED)
+        _JOINED.append(self)
         auth = CallAuth(secret) if secret else None
         store = connect_store(host, port, rank, world, self.timeout, c.describe_rank)
         store.set_timeout(timedelta(seconds=self.timeout))  # a worker's client kept the short connect timeout
