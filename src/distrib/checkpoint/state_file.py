@@ -238,10 +238,26 @@ class StateFile:
             if local:
                 digest.close()
                 if _identity(handle) != self._identity:
-                    raise CorruptCheckpointError(f"{self.where}: written to while it was read")
+                    self._hash_again(handle)  # renamed or unlinked (the chief's rotation) changes times too
                 return
             size += _hash_span(handle, None, digest)
             self._check(digest.hexdigest(), size)
+
+
+    def _hash_again(self, handle: BinaryIO) -> None:
+        """A local file whose times moved while it was read: hash it whole; only a change of its contents fails.
+
+        Renaming or unlinking a file (another worker's ``max_to_keep`` rotation, a
+        checkpoint published under its final name) changes its change time but
+        not one byte of what an open handle reads.
+        """
+        with HashPipe() as digest:
+            handle.seek(0)
+            size = _hash_span(handle, None, digest)
+            try:
+                self._check(digest.hexdigest(), size)
+            except CorruptCheckpointError:
+                raise CorruptCheckpointError(f"{self.where}: written to while it was read") from None
 
 
 class _Verified:
