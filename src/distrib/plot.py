@@ -40,9 +40,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from distrib.errors import DistribError
 from distrib.utils.optional import require
+from distrib.utils.public_names import public_dir
 
 __all__ = ["PlotError", "plot_history", "plot_logdir", "plot_path", "read_curves", "read_csv_log",
            "read_history_file", "read_tensorboard_scalars", "series_from_history"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 #: name -> (training points, validation points); a point is (epoch, value).
 Series = Dict[str, Tuple[List[Tuple[float, float]], List[Tuple[float, float]]]]

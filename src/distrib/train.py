@@ -19,6 +19,7 @@ from distrib.checkpoint.discovery import latest_checkpoint
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
+from distrib.utils.public_names import public_dir
 
 __all__ = [
     "Checkpoint",
@@ -29,3 +30,9 @@ __all__ = [
     "Variable",
     "latest_checkpoint",
 ]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
+

@@ -30,8 +30,14 @@ from typing import Optional, Tuple
 import numpy as np
 
 from distrib.utils.optional import require
+from distrib.utils.public_names import public_dir
 
 __all__ = ["load_data"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 Split = Tuple[np.ndarray, np.ndarray]
 

@@ -47,9 +47,9 @@ from distrib.process.spawn import python_command
 
 __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 
-#: Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
-#: preempted task to save its checkpoint.
 DEFAULT_GRACE_SECONDS = 10.0
+"""Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
+preempted task to save its checkpoint."""
 
 _Cluster = Dict[str, List[str]]
 

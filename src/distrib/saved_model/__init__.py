@@ -48,12 +48,20 @@ from distrib.errors import DistribError
 from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
 from distrib.checkpoint.chief_directory import write_directory
+from distrib.utils.public_names import public_dir
 
 __all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
            "LoadOptions",
            "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
 
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
+
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+"""The name of the one serving signature `save` writes and a loaded model's ``signatures`` holds
+(TensorFlow's name: ``loaded.signatures["serving_default"]``)."""
 FORMAT = "distrib.saved_model"
 FORMAT_VERSION = 1
 PROGRAM_NAME = "program.json"
