@@ -287,14 +287,16 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
     if not isinstance(state, dict) or not isinstance(state.get("state_dict"), dict) \
             or not isinstance(state.get("constants"), dict):
         raise UnsafeProgramError(f"{where}: {WEIGHTS_NAME} does not hold state_dict and constants")
-    from torch._export.serde.serialize import SerializedArtifact, deserialize
+    from torch._export.serde.serialize import deserialize
+
+    from distrib.saved_model.artifact import serialized_artifact
 
     parameters = set(_values_of(clean, "parameter_name"))
     state["state_dict"] = {k: torch.nn.Parameter(v, requires_grad=False) if k in parameters else v
                            for k, v in state["state_dict"].items()}
     try:
-        program_obj = deserialize(SerializedArtifact(json.dumps(clean).encode(), state["state_dict"],
-                                                     state["constants"], b""))
+        program_obj = deserialize(serialized_artifact(json.dumps(clean).encode(), state["state_dict"],
+                                                      state["constants"]))
         module = program_obj.module()
     except Exception as e:  # torch's deserialiser raises many types
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
