@@ -22,7 +22,7 @@ Both functions return the matplotlib ``Figure`` (one ``Axes`` per panel, one
 line per series), so a notebook can show or restyle it. Drawing uses
 matplotlib's object API with the Agg canvas (no pyplot, no display needed,
 nothing global changed). matplotlib is optional (``pip install
-'distrib[plot]'``); reading event files needs ``tensorboard`` too.
+matplotlib``, distrib's ``plot`` extra); reading event files needs ``tensorboard`` too.
 
 Example:
     >>> fig = plot_history({"loss": [0.9, 0.5], "val_loss": [1.0, 0.7], "accuracy": [0.6, 0.8]})

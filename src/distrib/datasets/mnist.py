@@ -9,7 +9,7 @@ labels. Its source, in order:
    ``x_test``, ``y_test``) or a directory holding the four IDX files
    (``train-images-idx3-ubyte`` etc., optionally ``.gz``);
 2. otherwise the 1,797 real handwritten digits bundled with scikit-learn
-   (``pip install "distrib[datasets]"``; without it, one line says so)
+   (``pip install scikit-learn``, distrib's ``datasets`` extra; without it, one line says so)
    (8×8, 17 grey levels), scaled to 20×20 and centred in 28×28 like MNIST,
    split 1,500 / 297 into train and test writers, then brought to MNIST's
    60,000 / 10,000 images by shifting each digit by up to 3 pixels
