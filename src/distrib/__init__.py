@@ -66,8 +66,9 @@ _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "loss
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 
 
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+def __dir__() -> "list[str]":
+    # The public names and the module's dunders; not the helpers imported above.
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
 
 
 def __getattr__(name: str) -> Any:

@@ -4,9 +4,15 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
+from distrib.utils.public_names import public_dir
 
 __all__ = ["CommunicationImplementation", "CommunicationOptions", "CentralStorageStrategy",
            "ParameterServerStrategy", "ValueContext", "coordinator", "partitioners"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 _SUBMODULES = {"coordinator": "distrib.coordinator", "partitioners": "distrib.strategies.parameter_server.partitioners"}
 

@@ -13,8 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.training.loading import load_model
+from distrib.utils.public_names import public_dir
 
 __all__ = ["load_model", "save_model"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
 
 
 def save_model(model: Any, filepath: str, overwrite: bool = True, options: Any = None, **kwargs: Any) -> None:

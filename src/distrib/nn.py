@@ -27,8 +27,13 @@ from distrib.errors import DistribError
 from distrib.losses.reduction import divide_by_count
 from distrib.strategies.context import get_replica_context, has_strategy, in_cross_replica_context
 from distrib.strategies.default import get_strategy
+from distrib.utils.public_names import public_dir
 
 __all__ = ["compute_average_loss", "scale_regularization_loss", "CrossReplicaContextError"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
 
 
 class CrossReplicaContextError(DistribError, RuntimeError):

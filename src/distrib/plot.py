@@ -22,7 +22,7 @@ Both functions return the matplotlib ``Figure`` (one ``Axes`` per panel, one
 line per series), so a notebook can show or restyle it. Drawing uses
 matplotlib's object API with the Agg canvas (no pyplot, no display needed,
 nothing global changed). matplotlib is optional (``pip install
-'distrib[plot]'``); reading event files needs ``tensorboard`` too.
+matplotlib``, distrib's ``plot`` extra); reading event files needs ``tensorboard`` too.
 
 Example:
     >>> fig = plot_history({"loss": [0.9, 0.5], "val_loss": [1.0, 0.7], "accuracy": [0.6, 0.8]})
@@ -40,9 +40,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from distrib.errors import DistribError
 from distrib.utils.optional import require
+from distrib.utils.public_names import public_dir
 
 __all__ = ["PlotError", "plot_history", "plot_logdir", "plot_path", "read_curves", "read_csv_log",
            "read_history_file", "read_tensorboard_scalars", "series_from_history"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 #: name -> (training points, validation points); a point is (epoch, value).
 Series = Dict[str, Tuple[List[Tuple[float, float]], List[Tuple[float, float]]]]

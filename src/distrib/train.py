@@ -20,6 +20,7 @@ from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
+from distrib.utils.public_names import public_dir
 
 __all__ = [
     "Checkpoint",
@@ -31,3 +32,9 @@ __all__ = [
     "Variable",
     "latest_checkpoint",
 ]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
+

@@ -85,7 +85,7 @@ print("env", os.environ["DISTRIB_LAUNCHED"], os.environ["PYTHONUNBUFFERED"],
 print("args", sys.argv[2:])
 print(f"oops from {INDEX}", file=sys.stderr)
 ''')
-    proc = run_cli(["--workers", 2, script, tmp_path, "--workers", "7"])
+    proc = run_cli(["--workers", 2, "--output-from", "all", script, tmp_path, "--workers", "7"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
     assert all(line.startswith(("[worker 0] ", "[worker 1] ")) for line in out), out
@@ -124,7 +124,7 @@ def test_module_mode_runs_a_package_module(write_script, tmp_path):
 import json, os, sys
 print("module", json.loads(os.environ["TF_CONFIG"])["task"]["index"], sys.argv[1:])
 ''')
-    proc = run_cli(["--workers", 2, "-m", "pkg.hello", "x"], cwd=tmp_path)
+    proc = run_cli(["--workers", 2, "--output-from", "all", "-m", "pkg.hello", "x"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == [
         "[worker 0] module 0 ['x']", "[worker 1] module 1 ['x']"]
@@ -141,7 +141,7 @@ wait_for("w0")
 print("worker 1 giving up", flush=True)
 sys.exit(3)
 ''')
-    proc = run_cli(["--workers", 2, "--grace-seconds", 5, script, tmp_path])
+    proc = run_cli(["--workers", 2, "--output-from", "all", "--grace-seconds", 5, script, tmp_path])
     assert proc.returncode == 1
     assert "distrib launch: worker 1 failed with exit code 3; stopped the other task" \
         in proc.stderr.splitlines()
@@ -282,7 +282,7 @@ block()
     reset_sigint = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                     "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
     launcher = subprocess.Popen(
-        [sys.executable, "-c", reset_sigint, "-m", "distrib", "launch", "--workers", "2",
+        [sys.executable, "-c", reset_sigint, "-m", "distrib", "launch", "--workers", "2", "--output-from", "all",
          "--grace-seconds", "5", str(script), str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = set()

@@ -80,7 +80,7 @@ def test_progress_bar_updates_live_in_a_terminal(write_script, tmp_path):
     script = write_script("bar.py", BAR_SCRIPT)
     go = tmp_path / "go"
     master, slave = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "distrib", "launch", "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "distrib", "launch", "--workers", "2", "--output-from", "all",
                              str(script), str(go)],
                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
     os.close(slave)

@@ -30,6 +30,13 @@ def test_unknown_policy_names_the_valid_ones():
         Policy("mixed_half")
 
 
+def _cpu_autocast():
+    """Whether autocast is on for the CPU, and its dtype (torch 2.4 took a device; torch 2.3 has per-device names)."""
+    if torch.__version__ >= "2.4":
+        return torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+    return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+
+
 class Recorder(torch.nn.Module):
     """A small MLP that records, on every forward, autocast's state and the dtypes it sees."""
 
@@ -41,7 +48,7 @@ class Recorder(torch.nn.Module):
 
     def forward(self, x):
         out = self.net(x)
-        self.seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), out.dtype))
+        self.seen.append((*_cpu_autocast(), out.dtype))
         return out
 
 
@@ -83,7 +90,7 @@ def test_float32_policy_runs_without_autocast():
     model = _compiled([])
     x, y = _data(16)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-    assert model.module.seen == [(False, torch.get_autocast_dtype("cpu"), torch.float32)]
+    assert model.module.seen == [(False, _cpu_autocast()[1], torch.float32)]
 
 
 def _one_param_optimizer(scale, growth):

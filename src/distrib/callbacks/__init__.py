@@ -12,12 +12,14 @@ Example:
     ...     distrib.callbacks.CSVLogger("training.csv"),
     ... ])
 """
+from distrib.callbacks.backup_and_restore import BackupAndRestore
 from distrib.callbacks.callback import Callback, CallbackList
 from distrib.callbacks.csv_logger import CSVLogger
 from distrib.callbacks.early_stopping import EarlyStopping
 from distrib.callbacks.history import History
 from distrib.callbacks.lambda_callback import LambdaCallback
 from distrib.callbacks.lr_scheduler import LearningRateScheduler
+from distrib.callbacks.model_checkpoint import ModelCheckpoint
 from distrib.callbacks.monitor import MonitorCallback
 from distrib.callbacks.progbar import ProgbarLogger
 from distrib.callbacks.reduce_lr import ReduceLROnPlateau
@@ -37,18 +39,6 @@ __all__ = [
     "TensorBoard",
     "MonitorCallback",
     "LambdaCallback",
+    "BackupAndRestore",
+    "ModelCheckpoint",
 ]
-
-try:
-    from distrib.callbacks.backup_and_restore import BackupAndRestore
-except ImportError:  # written separately; absent in partial checkouts
-    pass
-else:
-    __all__.append("BackupAndRestore")
-
-try:
-    from distrib.callbacks.model_checkpoint import ModelCheckpoint
-except ImportError:
-    pass
-else:
-    __all__.append("ModelCheckpoint")

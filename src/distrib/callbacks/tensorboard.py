@@ -15,7 +15,7 @@ are also written as histograms (tag ``<parameter name>/histogram``) every N
 epochs. ``distrib plot LOGDIR -o curves.png`` draws these curves as a PNG.
 
 Writing uses ``torch.utils.tensorboard.SummaryWriter``, which needs the
-``tensorboard`` package (``pip install 'distrib[tensorboard]'``); it is
+``tensorboard`` package (``pip install tensorboard``, distrib's ``tensorboard`` extra); it is
 imported only when the chief starts training, and a missing package is a
 one-line error. Other workers write nothing.
 

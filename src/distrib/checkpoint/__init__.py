@@ -23,6 +23,7 @@ from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.storage import (AtomicDirectory, CheckpointWarning, CorruptCheckpointError, is_complete,
                                         remove_write_path, verify, worker_write_path, write_path_for)
 from distrib.checkpoint.variable import Variable
+from distrib.utils.public_names import public_dir
 
 __all__ = [
     "AtomicDirectory", "Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "CheckpointOptions",
@@ -32,3 +33,9 @@ __all__ = [
     "dumps_state", "exit_for_restart", "is_complete", "latest_checkpoint", "load_state", "loads_state",
     "remove_write_path", "save_state", "verify", "worker_write_path", "write_path_for",
 ]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
+

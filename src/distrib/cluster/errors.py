@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 __all__ = ["ClusterConfigError", "TASK_TYPES", "kind_of", "show", "did_you_mean", "quoted_list"]
 
-#: The job names TensorFlow's TF_CONFIG knows, in canonical (rank) order.
 TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+"""The job names TensorFlow's TF_CONFIG knows, in canonical (rank) order."""
 
 
 class ClusterConfigError(DistribError, ValueError):

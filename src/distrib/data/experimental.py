@@ -12,9 +12,14 @@ from typing import Any
 from distrib.data.dataset_creator import DatasetCreator
 from distrib.data.options import (AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY,
                                   AutoShardPolicy, DistributeOptions)
+from distrib.utils.public_names import public_dir
 
 __all__ = ["DatasetCreator", "AutoShardPolicy", "DistributeOptions", "AUTOTUNE", "INFINITE_CARDINALITY",
            "UNKNOWN_CARDINALITY", "cardinality"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
 
 
 def cardinality(dataset: Any) -> int:

@@ -14,12 +14,16 @@ from typing import Any, Optional
 __all__ = ["AutoShardPolicy", "DistributeOptions", "Options", "AUTOTUNE", "INFINITE", "UNKNOWN",
            "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
-#: ``cardinality()`` of a dataset that never ends.
-INFINITE = INFINITE_CARDINALITY = -1
-#: ``cardinality()`` of a dataset whose length is only known by reading it.
-UNKNOWN = UNKNOWN_CARDINALITY = -2
-#: Accepted wherever tf.data takes ``tf.data.AUTOTUNE`` (``prefetch``, ``num_parallel_calls``).
+INFINITE = -1
+"""``cardinality()`` of a dataset that never ends (``tf.data.INFINITE_CARDINALITY``)."""
+INFINITE_CARDINALITY = INFINITE
+"""The same as `INFINITE`, under tf.data's longer name."""
+UNKNOWN = -2
+"""``cardinality()`` of a dataset whose length is only known by reading it."""
+UNKNOWN_CARDINALITY = UNKNOWN
+"""The same as `UNKNOWN`, under tf.data's longer name."""
 AUTOTUNE = -1
+"""Accepted wherever tf.data takes ``tf.data.AUTOTUNE`` (``prefetch``, ``num_parallel_calls``)."""
 
 
 class AutoShardPolicy(enum.IntEnum):

@@ -27,8 +27,8 @@ import numpy as np
 
 __all__ = ["STRING", "is_string_leaf", "to_string_leaf", "stack_strings", "cat_strings"]
 
-#: The ``TensorSpec.dtype`` of a string component (there is no torch dtype for strings).
 STRING = "string"
+"""The ``TensorSpec.dtype`` of a string component (there is no torch dtype for strings)."""
 
 
 def is_string_leaf(value: Any) -> bool:

@@ -11,7 +11,7 @@ source, in order:
    ``x_test``, ``y_test``) or a directory holding the four IDX files
    (``train-images-idx3-ubyte`` etc., optionally ``.gz``);
 2. otherwise the 1,797 real handwritten digits bundled with scikit-learn
-   (``pip install "distrib[datasets]"``; without it, one line says so)
+   (``pip install scikit-learn``, distrib's ``datasets`` extra; without it, one line says so)
    (8×8, 17 grey levels), scaled to 20×20 and centred in 28×28 like MNIST,
    split 1,500 / 297 into train and test writers, then brought to MNIST's
    60,000 / 10,000 images by shifting each digit by up to 3 pixels
@@ -32,8 +32,14 @@ from typing import Optional, Tuple
 import numpy as np
 
 from distrib.utils.optional import require
+from distrib.utils.public_names import public_dir
 
 __all__ = ["load_data"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 Split = Tuple[np.ndarray, np.ndarray]
 

@@ -37,6 +37,8 @@ from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
 from distrib.launch.output import OutputRouter
+from distrib.launch.output_logs import TaskLogs
+from distrib.launch.output_select import OutputSelection
 from distrib.launch.report import LaunchReport
 from distrib.launch.restarts import restart_after_failure
 from distrib.launch.result import LaunchResult
@@ -47,9 +49,9 @@ from distrib.process.spawn import python_command
 
 __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 
-#: Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
-#: preempted task to save its checkpoint.
 DEFAULT_GRACE_SECONDS = 10.0
+"""Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
+preempted task to save its checkpoint."""
 
 _Cluster = Dict[str, List[str]]
 
@@ -79,6 +81,8 @@ def launch(
     rejoins: int = 0,
     start_workers: Optional[int] = None,
     fork_server: Optional[SharedForkServer] = None,
+    output_from: Optional[str] = None,
+    log_dir: Optional[str] = None,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -140,6 +144,14 @@ def launch(
             it, the first ones included (for a program, such as a test
             suite, that runs many launches and would otherwise pay
             ``import torch`` in every task). Unless ``DISTRIB_LAUNCH_FORK=0``.
+        output_from: whose standard output reaches ``output`` when it is the
+            terminal or a stream: ``"chief"`` (the default), ``"all"``,
+            ``"none"`` or a list such as ``"0,1"`` or ``"worker:1,ps"``
+            (`distrib.launch.output_select`); every task's standard error
+            always does, and ``"capture"`` keeps everything.
+        log_dir: also append each task's whole output to ``log_dir/<task>.log``
+            and the launcher's lines to ``log_dir/launcher.log``
+            (`distrib.launch.output_logs`).
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -157,7 +169,7 @@ def launch(
     _check_arguments(target, module, cwd, max_restarts, timeout)
     if start_workers is not None:
         _check_start_workers(start_workers, plan, elastic)
-    router = OutputRouter(output)
+    router = _router(output, output_from, log_dir, plan)
     base_env = _job_secret(_base_environment(router, env, verbose), plan)
     left_dir = None
     if elastic:
@@ -176,6 +188,7 @@ def launch(
         return _run_attempts(job, plan, host, router, timeout, max_restarts, elastic, grace_seconds)
     finally:
         job.starter.close()
+        router.close()
         if left_dir is not None:
             shutil.rmtree(left_dir, ignore_errors=True)
 
@@ -213,6 +226,20 @@ class _Plan:
     node_cluster: Optional[_Cluster] = None
     node_tasks: Tuple[TaskSpec, ...] = ()
     nodes: int = 1
+
+
+def _router(output: Union[None, str, TextIO], output_from: Optional[str], log_dir: Optional[str],
+            plan: _Plan) -> OutputRouter:
+    """Where the tasks' lines go, whose standard output is shown, and the log files, if any."""
+    selection = OutputSelection.parse(output_from)
+    if plan.node_cluster is None:
+        selection.check(plan.layout.tasks())
+        local = plan.layout.tasks()
+    else:
+        selection.check([TaskSpec("worker", i) for i in range(plan.layout.workers * plan.nodes)])
+        local = list(plan.node_tasks)
+    logs = TaskLogs(log_dir) if log_dir is not None else None
+    return OutputRouter(output, stdout_from=selection.task_names(local), logs=logs)
 
 
 def _resolve_layout(workers: int, chief: bool, ps: int, evaluator: bool,

@@ -1,11 +1,13 @@
-"""The ``distrib`` command line: ``distrib launch [options] script.py ARGS...`` and ``distrib plot``.
+"""The ``distrib`` command line: ``distrib launch [options] script.py ARGS...``, ``distrib plot``, ``distrib env``.
 
 Everything after the script (or after ``-m module``) is passed to the tasks
 untouched, even arguments that look like launcher options. ``distrib`` (or
 ``python -m distrib``) with no command prints the help and exits 0. A
 misspelt option gets a suggestion (``--worker`` -> ``--workers``); torchrun's
 underscore spellings (``--nproc_per_node``, ``--node_rank``, ``--master_addr``,
-``--master_port``, ``--max_restarts``) are accepted as aliases.
+``--master_port``, ``--max_restarts``, ``--log_dir``) are accepted as aliases.
+``distrib --version`` prints distrib's, torch's and Python's versions without
+importing torch. Help fits 80 columns (`distrib.launch.help_format`).
 
 Example:
     >>> opts = parse_args(["launch", "--workers", "2", "train.py", "--workers", "9"])
@@ -29,45 +31,56 @@ import difflib
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NoReturn, Optional, Sequence
 
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
-from distrib.process.exit_codes import EXIT_TASK_FAILED, EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
+from distrib.launch.cli_commands import INSTALL_EXTRAS, add_env, add_plot, run_env, run_plot
+from distrib.launch.cli_multinode import DEFAULT_MASTER_PORT, add_multinode_flags, check_multinode
+from distrib.launch.cli_types import count, count_or_range, seconds
+from distrib.launch.help_format import FittedHelpFormatter
+from distrib.launch.output_select import DEFAULT_OUTPUT_FROM, OutputSelection
+from distrib.process.exit_codes import EXIT_TIMEOUT, EXIT_USAGE, signal_exit_code
 from distrib.launch.result import LaunchTimeoutError
 
-__all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main", "DEFAULT_MASTER_PORT"]
+__all__ = ["LaunchOptions", "build_parser", "parse_args", "suggest_option", "main", "DEFAULT_MASTER_PORT",
+           "version_text"]
 
-#: First port of a multi-node cluster when ``--master-port`` is not given (torchrun's).
-DEFAULT_MASTER_PORT = 29500
-
-TOP_EXAMPLES = """\
+TOP_EXAMPLES = f"""\
 examples:
-  distrib launch --workers 2 train.py            two workers on this machine
-  distrib launch --help                          every launch option, with examples
-  distrib plot logs/run1 -o curves.png           training curves from TensorBoard logs
-  python -m distrib                              this help
+  distrib launch --workers 2 train.py     two workers on this machine
+  distrib launch --help                   every launch option, with examples
+  distrib env                             versions, devices, cluster variables
+  distrib plot logs/run1 -o curves.png    training curves from TensorBoard logs
+  python -m distrib                       this help
 
-install: pip install -c constraints.txt ".[plot,tensorboard,datasets]"   (plot, logs, offline MNIST)
+Optional extras (plots, TensorBoard logs, the offline MNIST), from distrib's
+clone: {INSTALL_EXTRAS}
 """
 
 LAUNCH_EXAMPLES = """\
 examples:
   distrib launch --workers 2 train.py --epochs 3
-      two local workers; each gets its own TF_CONFIG, output is prefixed [worker 0], [worker 1]
+      two local workers, each with its own TF_CONFIG; the chief's output is
+      shown, prefixed [worker 0], and every worker's errors
+  distrib launch --workers 8 --output-from all --log-dir logs train.py
+      every worker's output on the terminal, and each one's in logs/worker-N.log
   distrib launch --chief --workers 2 --ps 1 train_ps.py
-      a parameter-server job: chief (runs the ClusterCoordinator), 2 workers, 1 ps task
+      a parameter-server job: chief (runs the ClusterCoordinator), 2 workers,
+      1 ps task
   distrib launch --workers 2 --max-restarts 3 train.py
-      restart the whole group after a crash, up to 3 times (resume with BackupAndRestore)
+      restart the whole group after a crash, up to 3 times (resume with
+      BackupAndRestore)
   distrib launch --workers 2:4 --elastic --max-restarts 2 train.py
-      train as soon as 2 workers are up; workers 2 and 3 join the running job (same global batch)
+      train as soon as 2 workers are up; workers 2 and 3 join the running job
   distrib launch --workers 2 --timeout 600 --verbose -m mypkg.train --lr 0.1
-      run a module, stop everything after 10 minutes, full tracebacks for distrib errors
-  distrib launch --hosts 10.0.0.1,10.0.0.2 --nnodes 2 --node-rank 0 --nproc-per-node 2 train.py
-      node 0 of two machines (run the same line with --node-rank 1 on the second)
+      run a module, stop everything after 10 minutes, full tracebacks
+  distrib launch --hosts h0,h1 --nnodes 2 --node-rank 0 train.py
+      node 0 of two machines (the same line with --node-rank 1 on the second)
 
-A live progress bar is shown when this terminal is one (the chief's bar updates in place);
-piped to a file, each epoch prints one line. distrib's own errors print one line per task;
---verbose (or DISTRIB_VERBOSE=1) shows their tracebacks.
+A live progress bar is shown when this terminal is one (the chief's bar
+updates in place); piped to a file, each epoch prints one line. distrib's own
+errors print one line per task; --verbose (or DISTRIB_VERBOSE=1) shows their
+tracebacks.
 """
 
 #: Options of other launchers people type by habit, and the distrib option that does it.
@@ -80,6 +93,10 @@ KNOWN_ALIASES: Dict[str, str] = {
     "--num_workers": "--workers",
     "--rdzv_endpoint": "--master-addr",
     "--rdzv-endpoint": "--master-addr",
+    "--local-ranks-filter": "--output-from",
+    "--local_ranks_filter": "--output-from",
+    "--tee": "--log-dir",
+    "--redirects": "--log-dir",
 }
 
 
@@ -145,199 +162,109 @@ class LaunchOptions:
     elastic: bool = False
     rejoins: int = 0
     start_workers: Optional[int] = None
+    output_from: Optional[str] = None
+    log_dir: Optional[str] = None
 
 
-def _count_or_range(text: str) -> Tuple[int, int]:
-    """``N`` or ``MIN:MAX`` (as torchrun's ``--nnodes``): ``(MIN, MAX)``, ``(N, N)`` for a plain count."""
-    low, sep, high = text.partition(":")
-    if not sep:
-        count = _count(text)
-        return count, count
-    first, last = _count(low), _count(high)
-    if not 1 <= first <= last:
-        raise argparse.ArgumentTypeError(f"expected MIN:MAX with 1 <= MIN <= MAX, got {text!r}")
-    return first, last
-
-
-def _count(text: str) -> int:
+def _output_from(text: str) -> str:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _text(low: int, high: int) -> str:
-    return str(high) if low == high else f"{low}:{high}"
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
-    return value
-
-
-def _add_multinode_flags(run: argparse.ArgumentParser) -> None:
-    """The torchrun-style flags of a launch across several machines."""
-    nodes = run.add_argument_group(
-        "several machines", "Run the same command on every node with its own --node-rank; "
-        "node i starts workers i*P .. i*P+P-1 (P = --nproc-per-node) on ports "
-        "--master-port + global index; worker 0 on the first host is the chief.")
-    nodes.add_argument("--hosts", default=None, metavar="H1,H2,...",
-                       help="address of every node, the same list on every node")
-    nodes.add_argument("--nnodes", type=_count_or_range, default=None, metavar="N|MIN:MAX",
-                       help="number of nodes (default: the number of --hosts); MIN:MAX with --elastic: "
-                            "nodes 0..MIN-1 start the job, a later node joins it when its launcher starts")
-    nodes.add_argument("--node-rank", "--node_rank", type=_count, default=0, metavar="I",
-                       help="this node's index in --hosts (default: 0)")
-    nodes.add_argument("--master-addr", "--master_addr", default=None, metavar="HOST",
-                       help="the chief's host; must be the first of --hosts")
-    nodes.add_argument("--master-port", "--master_port", type=_port, default=None, metavar="PORT",
-                       help=f"the chief's port, first of the cluster's ports "
-                            f"(default: {DEFAULT_MASTER_PORT})")
-    nodes.add_argument("--nproc-per-node", "--nproc_per_node", type=_count, default=None,
-                       metavar="P", help="worker tasks per node (same as --workers)")
-
-
-def _multinode(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Check the multi-node flags against each other; fill ``ns.hosts``, ``ns.workers``, ``ns.start_workers``."""
-    start_workers, ns.workers = ns.workers
-    start_nodes, nnodes = ns.nnodes if ns.nnodes is not None else (None, None)
-    ns.nnodes = nnodes
-    if ns.nproc_per_node is not None:
-        if ns.workers not in (1, ns.nproc_per_node) or start_workers != ns.workers:
-            parser.error(f"--nproc-per-node {ns.nproc_per_node} and --workers {_text(start_workers, ns.workers)} "
-                         f"disagree; give one of them")
-        ns.workers = start_workers = ns.nproc_per_node
-    ns.start_workers = None
-    if start_workers != ns.workers or (start_nodes is not None and start_nodes != nnodes):
-        if not ns.elastic:
-            parser.error("a range of workers (MIN:MAX) needs --elastic: the tasks after MIN join the running job")
-        if ns.hosts is not None and start_workers != ns.workers:
-            parser.error("across machines, give the range as --nnodes MIN:MAX (whole nodes join)")
-        ns.start_workers = start_workers if start_nodes is None else start_nodes * ns.workers
-    hosts = None
-    if ns.hosts is not None:
-        hosts = [h.strip() for h in ns.hosts.split(",")]
-        if not all(hosts):
-            parser.error(f"--hosts {ns.hosts!r} has an empty entry; expected H1,H2,...")
-    elif ns.master_addr is not None or ns.nnodes is not None or ns.master_port is not None:
-        if (ns.nnodes or 1) > 1:
-            parser.error(f"--nnodes {ns.nnodes} needs --hosts H1,...,H{ns.nnodes}: every node "
-                         f"must know every other node's address to build the same TF_CONFIG")
-        hosts = [ns.master_addr or ns.host]
-    if hosts is not None:
-        if ns.nnodes is not None and ns.nnodes != len(hosts):
-            parser.error(f"--nnodes {ns.nnodes} but --hosts lists {len(hosts)} node(s)")
-        if ns.master_addr is not None and ns.master_addr != hosts[0]:
-            parser.error(f"--master-addr {ns.master_addr} is not the first of --hosts "
-                         f"({hosts[0]}); the chief runs on the first host")
-        if ns.node_rank >= len(hosts):
-            parser.error(f"--node-rank {ns.node_rank} is out of range for {len(hosts)} node(s) "
-                         f"(valid 0..{len(hosts) - 1})")
-    elif ns.node_rank:
-        parser.error("--node-rank needs --hosts (or --master-addr)")
-    ns.hosts = hosts
-    if ns.master_port is None:
-        ns.master_port = DEFAULT_MASTER_PORT
+        OutputSelection.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--output-from: ", "")) from None
+    return text
 
 
 def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     run = commands.add_parser(
         "launch", help="run a script as every task of a local cluster",
+        usage="distrib launch [options] script.py [ARGS...]",
         description="Start one process per task on this host, each with its own TF_CONFIG; "
                     "prefix their output with the task's name; stop them all when one fails.",
-        epilog=LAUNCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False)
-    run.add_argument("--workers", type=_count_or_range, default=(1, 1), metavar="N|MIN:MAX",
+        epilog=LAUNCH_EXAMPLES, formatter_class=FittedHelpFormatter, allow_abbrev=False)
+    run.add_argument("--workers", type=count_or_range, default=(1, 1), metavar="N|MIN:MAX",
                      help="number of worker tasks (default: 1); MIN:MAX with --elastic: training starts "
                           "with the first MIN, the others join the running job as they come up")
     run.add_argument("--chief", action="store_true", help="add a chief task")
-    run.add_argument("--ps", type=_count, default=0, metavar="K",
+    run.add_argument("--ps", type=count, default=0, metavar="K",
                      help="number of parameter-server tasks (default: 0)")
     run.add_argument("--evaluator", action="store_true", help="add an evaluator task")
-    run.add_argument("--max-restarts", "--max_restarts", type=_count, default=0, metavar="K",
+    run.add_argument("--max-restarts", "--max_restarts", type=count, default=0, metavar="K",
                      help="restart the whole group up to K times after a failure (default: 0)")
     run.add_argument("--elastic", action="store_true",
                      help="replace a lost worker alone: the others keep their state and it catches up "
                           "from them (needs --max-restarts; see docs/elastic.md)")
-    run.add_argument("--rejoins", type=_count, default=0, metavar="N",
+    run.add_argument("--rejoins", type=count, default=0, metavar="N",
                      help="with --elastic: start a worker that left the running job again, up to N times in "
                           "all; it rejoins at a step boundary (default: 0)")
     run.add_argument("--host", default="127.0.0.1",
                      help="address to pick ports on and publish in TF_CONFIG (default: 127.0.0.1)")
-    run.add_argument("--grace-seconds", type=_seconds, default=DEFAULT_GRACE_SECONDS, metavar="S",
+    run.add_argument("--grace-seconds", type=seconds, default=DEFAULT_GRACE_SECONDS, metavar="S",
                      help="seconds between SIGTERM and SIGKILL when stopping tasks "
                           f"(default: {DEFAULT_GRACE_SECONDS:g})")
-    run.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    run.add_argument("--timeout", type=seconds, default=None, metavar="S",
                      help="stop everything and fail after S seconds (default or 0: no limit)")
     run.add_argument("--verbose", action="store_true",
                      help="full tracebacks for distrib's own errors (sets DISTRIB_VERBOSE=1)")
-    _add_multinode_flags(run)
+    shown = run.add_argument_group(
+        "output", "Every task's standard error always reaches this terminal; --output-from "
+                  "chooses whose standard output does.")
+    shown.add_argument("--output-from", type=_output_from, default=None, metavar="WHO",
+                       help=f"whose standard output to show: {DEFAULT_OUTPUT_FROM} (the default: the chief "
+                            "task, else worker 0), all, none, or a list such as 0,1 or worker:1,ps")
+    shown.add_argument("--log-dir", "--log_dir", default=None, metavar="DIR",
+                       help="also append each task's whole output to DIR/<task>.log (worker-1.log) "
+                            "and the launcher's lines to DIR/launcher.log")
+    add_multinode_flags(run)
     run.add_argument("-m", "--module", action="store_true",
                      help="TARGET is a module to run as `python -m TARGET`")
-    run.add_argument("target", metavar="TARGET", help="script.py, or a module name with -m")
+    run.add_argument("target", metavar="TARGET", nargs="?", default=None,
+                     help="script.py, or with -m a module name (python -m TARGET)")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to every task")
     return run
 
 
-def _add_plot(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    plot = commands.add_parser(
-        "plot", help="draw training curves (TensorBoard logs, CSVLogger file, saved History) as a PNG",
-        description="Read training curves from a TensorBoard log directory (the epoch_* "
-                    "scalars the TensorBoard callback writes: LOGDIR/train, LOGDIR/validation), "
-                    "a CSVLogger file, or a History saved as JSON (json.dump(history.history, f)), "
-                    "and draw one panel per metric, train and validation overlaid.",
-        epilog="examples:\n  distrib plot logs/run1 -o curves.png\n  distrib plot training.csv\n"
-               "  distrib plot history.json\n\n"
-               "needs matplotlib (and tensorboard for log directories): "
-               "pip install \"distrib[plot,tensorboard]\"",
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    plot.add_argument("logdir", metavar="PATH",
-                      help="a TensorBoard log_dir, a CSVLogger .csv file or a History .json file")
-    plot.add_argument("-o", "--output", default="curves.png", metavar="PNG",
-                      help="the image to write (default: curves.png)")
-    return plot
+def version_text() -> str:
+    """``distrib X (torch Y, Python Z)``, read from the installed metadata: no torch import."""
+    import importlib.metadata
+    import platform
+
+    from distrib import __version__
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"distrib {__version__} (torch {torch_version}, Python {platform.python_version()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``distrib`` parser with its ``launch`` and ``plot`` subcommands."""
+    """The ``distrib`` parser with its ``launch``, ``plot`` and ``env`` subcommands."""
     parser = _Parser(
         prog="distrib", description="distrib: tf.distribute's programming model on PyTorch.",
-        epilog=TOP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=TOP_EXAMPLES, formatter_class=FittedHelpFormatter)
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="print distrib's, torch's and Python's versions and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
                                      parser_class=_Parser)
     commands.required = True
-    parser.commands = {"launch": _add_launch(commands), "plot": _add_plot(commands)}
+    parser.commands = {"launch": _add_launch(commands), "plot": add_plot(commands), "env": add_env(commands)}
     return parser
 
 
 def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> LaunchOptions:
-    _multinode(ns, parser)
+    if ns.target is None:
+        parser.error("no script given: distrib launch [options] script.py [ARGS...] "
+                     "(or -m module [ARGS...])")
+    check_multinode(ns, parser)
     return LaunchOptions(
         target=ns.target, args=list(ns.args), module=ns.module, workers=ns.workers,
         chief=ns.chief, ps=ns.ps, evaluator=ns.evaluator, max_restarts=ns.max_restarts,
         host=ns.host, grace_seconds=ns.grace_seconds,
         timeout=None if ns.timeout == 0 else ns.timeout, verbose=ns.verbose,
         hosts=ns.hosts, node_rank=ns.node_rank, master_port=ns.master_port, elastic=ns.elastic,
-        rejoins=ns.rejoins, start_workers=ns.start_workers)
+        rejoins=ns.rejoins, start_workers=ns.start_workers, output_from=ns.output_from,
+        log_dir=ns.log_dir)
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
@@ -357,7 +284,7 @@ def _run_launch(opts: LaunchOptions) -> int:
             host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
             verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
             master_port=opts.master_port, elastic=opts.elastic, rejoins=opts.rejoins,
-            start_workers=opts.start_workers)
+            start_workers=opts.start_workers, output_from=opts.output_from, log_dir=opts.log_dir)
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:
@@ -369,20 +296,6 @@ def _run_launch(opts: LaunchOptions) -> int:
     return result.returncode
 
 
-def _run_plot(ns: argparse.Namespace) -> int:
-    from distrib.errors import DistribError
-    from distrib.plot import plot_path
-
-    try:
-        figure = plot_path(ns.logdir, ns.output)
-    except (DistribError, ImportError, OSError) as exc:
-        print(f"distrib plot: {exc}", file=sys.stderr)
-        return EXIT_TASK_FAILED
-    panels = len(figure.axes)
-    print(f"distrib plot: wrote {ns.output} ({panels} panel{'s' if panels != 1 else ''})")
-    return 0
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``distrib`` console script and ``python -m distrib``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -392,7 +305,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     ns = parser.parse_args(argv)
     if ns.command == "plot":
-        return _run_plot(ns)
+        return run_plot(ns)
+    if ns.command == "env":
+        return run_env(ns)
     return _run_launch(_launch_options(ns, parser.commands["launch"]))
 
 

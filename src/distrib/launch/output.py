@@ -24,6 +24,13 @@ Where lines go (`OutputRouter`'s ``output``):
 * ``"capture"``: kept in memory only (`outputs`, `combined`);
 * a text stream: every line to that stream.
 
+Whose standard output is written (``stdout_from``: the task names
+`distrib.launch.output_select.OutputSelection` chose; ``None``: every task's)
+applies to the terminal or stream only: every task's standard error is
+written, captured output keeps everything, and ``logs``
+(`distrib.launch.output_logs.TaskLogs`) get every line of every task. In live
+mode the launcher's own lines are wrapped at the terminal's width.
+
 Example:
     >>> import io
     >>> sink = io.StringIO()
@@ -37,12 +44,16 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import shutil
 import sys
+import textwrap
 import threading
-from typing import IO, Dict, List, Optional, TextIO, Tuple, Union
+from typing import IO, Dict, FrozenSet, List, Optional, TextIO, Tuple, Union
 
-__all__ = ["OutputRouter", "pump_lines", "OutputMode"]
+from distrib.launch.output_logs import TaskLogs
+
+__all__ = ["OutputRouter", "pump_lines", "OutputMode", "wrap_to_width"]
 
 OutputMode = Union[None, str, TextIO]
 
@@ -50,6 +61,35 @@ _MAX_LINE_CHARS = 1 << 16
 _READ_BYTES = 1 << 16
 _CLEAR_ROW = "\r\x1b[K"
 _MIN_TASK_COLUMNS = 20
+_CONTINUATION = "    "
+
+
+def wrap_to_width(text: str, width: int) -> str:
+    """A long launcher line in rows of at most ``width`` columns, continuation rows indented.
+
+    Breaks after a comma first (``worker 1 (127.0.0.1:5001), worker 2 ...`` keeps each task whole),
+    then at spaces; a word longer than a row stays whole.
+
+    Example:
+        >>> print(wrap_to_width("starting worker 0 (h:1), worker 1 (h:2), worker 2 (h:3)", 30))
+        starting worker 0 (h:1),
+            worker 1 (h:2),
+            worker 2 (h:3)
+    """
+    rows: List[str] = []
+    row = ""
+    for piece in re.split(r"(?<=, )", text):
+        if row.strip() and len((row + piece).rstrip()) > width:
+            rows.append(row.rstrip())
+            row = _CONTINUATION + piece
+        else:
+            row += piece
+    rows.append(row.rstrip())
+    fitted: List[str] = []
+    for line in rows:
+        fitted += textwrap.wrap(line, width, subsequent_indent=_CONTINUATION, break_long_words=False,
+                                break_on_hyphens=False) if len(line) > width else [line]
+    return "\n".join(fitted)
 
 
 def _isatty(stream: object) -> bool:
@@ -72,9 +112,12 @@ class OutputRouter:
 
     Args:
         output: ``None``, ``"capture"`` or a text stream (see the module docstring).
+        stdout_from: the tasks whose standard output is written (``None``: all).
+        logs: where every task's lines are also appended, if anywhere.
     """
 
-    def __init__(self, output: OutputMode = None) -> None:
+    def __init__(self, output: OutputMode = None, stdout_from: Optional[FrozenSet[str]] = None,
+                 logs: Optional[TaskLogs] = None) -> None:
         if isinstance(output, str) and output != "capture":
             raise ValueError(f"distrib launch: output must be None, 'capture' or a text stream, "
                              f"got {output!r}")
@@ -87,6 +130,9 @@ class OutputRouter:
         self._partial: Dict[Tuple[str, str], str] = {}
         self._open: Optional[Tuple[str, str]] = None
         self._last_error: Dict[str, str] = {}
+        self._stdout_from = stdout_from
+        self._logs = logs
+        self._log_failure_said = False
         self.live = not self._capture and _isatty(self._destination("stdout"))
 
     @property
@@ -99,15 +145,19 @@ class OutputRouter:
         A task's stdout is a pipe, so it cannot ask the terminal; the launcher
         passes this down as the task's ``COLUMNS`` so a progress bar fits.
         """
+        columns = self._terminal_columns()
+        if columns is None:
+            return None
+        return max(columns - len(f"[{name}] "), _MIN_TASK_COLUMNS)
+
+    def _terminal_columns(self) -> Optional[int]:
         if not self.live:
             return None
         try:
             columns = os.get_terminal_size(self._destination("stdout").fileno()).columns
         except (AttributeError, ValueError, OSError):
             columns = shutil.get_terminal_size().columns
-        if columns <= 0:
-            return None
-        return max(columns - len(f"[{name}] "), _MIN_TASK_COLUMNS)
+        return columns if columns > 0 else None
 
     def task_text(self, name: str, stream: str, text: str) -> None:
         """Take any piece of what task ``name`` wrote to ``stream`` (lines or part of one)."""
@@ -124,7 +174,7 @@ class OutputRouter:
                 rest = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
             if rest:
                 self._partial[key] = rest
-                if self.live and _visible(rest):
+                if self.live and _visible(rest) and self._shown(key):
                     self._draw_open(key)
 
     def task_end(self, name: str, stream: str) -> None:
@@ -142,10 +192,18 @@ class OutputRouter:
     def launcher_line(self, text: str) -> None:
         """Emit one of the launcher's own messages (``distrib launch: ...``)."""
         with self._lock:
-            if self._capture:
-                self._combined.append(text + "\n")
-            else:
-                self._write_above(text + "\n", self._destination("stderr"))
+            self._launcher_line(text)
+
+    def _launcher_line(self, text: str) -> None:
+        if self._logs is not None:
+            self._logs.launcher_line(text)
+        if self._capture:
+            self._combined.append(text + "\n")
+            return
+        columns = self._terminal_columns()
+        if columns is not None and len(text) > columns:  # wrap between items, not mid-word as the terminal would
+            text = wrap_to_width(text, columns)
+        self._write_above(text + "\n", self._destination("stderr"))
 
     def last_error_line(self, name: str) -> Optional[str]:
         """The last non-blank line task ``name`` wrote to stderr (its one-line cause), if any."""
@@ -156,6 +214,11 @@ class OutputRouter:
         """Drop the remembered stderr lines (a new attempt starts)."""
         with self._lock:
             self._last_error.clear()
+
+    def close(self) -> None:
+        """Close the log files, if any (the launch is over)."""
+        if self._logs is not None:
+            self._logs.close()
 
     def ensure_task(self, name: str) -> None:
         """Record ``name`` so that `outputs` lists it even if it prints nothing."""
@@ -183,14 +246,24 @@ class OutputRouter:
             return self._stream
         return sys.stdout if stream == "stdout" else sys.stderr
 
+    def _shown(self, key: Tuple[str, str]) -> bool:
+        return key[1] != "stdout" or self._stdout_from is None or key[0] in self._stdout_from
+
     def _line(self, key: Tuple[str, str], text: str) -> None:
         name, stream = key
         prefix = f"[{name}] "
         if stream == "stderr" and text.strip():
             self._last_error[name] = _visible(text).strip()
+        if self._logs is not None:
+            self._logs.task_line(name, text)
+            if self._logs.failed and not self._log_failure_said:
+                self._log_failure_said = True
+                self._launcher_line(f"distrib launch: {self._logs.failed}")
         if self._capture:
             self._per_task.setdefault(name, []).append(text + "\n")
             self._combined.append(prefix + text.replace("\r", "\r" + prefix) + "\n")
+        elif not self._shown(key):
+            return
         elif self.live:
             if self._open == key:
                 self._open = None

@@ -42,6 +42,8 @@ _POLICIES = {
     "mixed_float16": ("float16", "float32"),
 }
 POLICY_NAMES = tuple(_POLICIES)
+"""The names `Policy` accepts: ``float32``, ``float16``, ``bfloat16``, ``float64``,
+``mixed_bfloat16`` and ``mixed_float16``."""
 
 
 class PolicyError(DistribError, ValueError):

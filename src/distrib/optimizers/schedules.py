@@ -20,9 +20,15 @@ import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+from distrib.utils.public_names import public_dir
 
 __all__ = ["LearningRateSchedule", "ExponentialDecay", "PiecewiseConstantDecay", "PolynomialDecay",
            "InverseTimeDecay", "CosineDecay", "CosineDecayRestarts", "serialize", "deserialize"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
 
 _F = np.float32  # Keras computes schedules in the initial rate's dtype, float32
 

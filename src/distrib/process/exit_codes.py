@@ -34,13 +34,13 @@ __all__ = [
     "describe_returncode",
 ]
 
-#: A task exits with this code after saving a checkpoint on preemption; the
-#: launcher restarts the group without counting it as a failure (75 is
-#: ``EX_TEMPFAIL`` from BSD ``sysexits.h``: "try again later").
 RESTART_EXIT_CODE = 75
+"""A task exits with this code after saving a checkpoint on preemption; the
+launcher restarts the group without counting it as a failure (75 is
+``EX_TEMPFAIL`` from BSD ``sysexits.h``: "try again later")."""
 
-#: Upper bound on restarts caused by `RESTART_EXIT_CODE` within one launch.
 MAX_PREEMPTION_RESTARTS = 100
+"""Upper bound on restarts caused by `RESTART_EXIT_CODE` within one launch."""
 
 #: The launcher's exit code when a task failed (and no restart was left).
 EXIT_TASK_FAILED = 1

@@ -47,12 +47,20 @@ from distrib.errors import DistribError
 from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
 from distrib.checkpoint.chief_directory import NestedState, write_directory
+from distrib.utils.public_names import public_dir
 
 __all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
            "LoadOptions",
            "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
 
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
+
+
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+"""The name of the one serving signature `save` writes and a loaded model's ``signatures`` holds
+(TensorFlow's name: ``loaded.signatures["serving_default"]``)."""
 FORMAT = "distrib.saved_model"
 FORMAT_VERSION = 1
 PROGRAM_NAME = "program.json"
@@ -278,14 +286,16 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
     if not isinstance(state, dict) or not isinstance(state.get("state_dict"), dict) \
             or not isinstance(state.get("constants"), dict):
         raise UnsafeProgramError(f"{where}: {WEIGHTS_NAME} does not hold state_dict and constants")
-    from torch._export.serde.serialize import SerializedArtifact, deserialize
+    from torch._export.serde.serialize import deserialize
+
+    from distrib.saved_model.artifact import serialized_artifact
 
     parameters = set(_values_of(clean, "parameter_name"))
     state["state_dict"] = {k: torch.nn.Parameter(v, requires_grad=False) if k in parameters else v
                            for k, v in state["state_dict"].items()}
     try:
-        program_obj = deserialize(SerializedArtifact(json.dumps(clean).encode(), state["state_dict"],
-                                                     state["constants"], b""))
+        program_obj = deserialize(serialized_artifact(json.dumps(clean).encode(), state["state_dict"],
+                                                      state["constants"]))
         module = program_obj.module()
     except Exception as e:  # torch's deserialiser raises many types
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

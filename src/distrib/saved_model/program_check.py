@@ -113,7 +113,8 @@ def sanitized_program(program: Any, where: str) -> Dict[str, Any]:
     if not isinstance(program, dict) or not isinstance(program.get("graph_module"), dict):
         raise UnsafeProgramError(f"{where}: not an exported program (no graph_module)")
     clean = _walk(program, where, 0)
-    clean["guards_code"] = []
+    if "guards_code" in clean:  # torch before 2.6 (?) has no guard code in its schema
+        clean["guards_code"] = []
     for symbol in (clean.get("range_constraints") or {}):
         if not isinstance(symbol, str) or not _SYMBOL.match(symbol):
             raise UnsafeProgramError(f"{where}: refusing range constraint on {str(symbol)[:40]!r}")

@@ -85,6 +85,9 @@ _M32 = 0xFFFFFFFF
 # value stays below 2**63, so int64 arithmetic never overflows, on any device.
 _C1, _C2 = 0x7FEB352D, 0x046CA68B
 
+#: torch 2.5 added ``enable_gqa`` to ``scaled_dot_product_attention``.
+_TORCH_HAS_GQA = torch.__version__ >= "2.5"
+
 #: Channel dropout: the input's batched rank; the mask covers (rows, channels).
 _CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
 
@@ -344,23 +347,45 @@ def _attention_maker(original: Callable[..., torch.Tensor]) -> Callable[..., tor
     There it computes the attention as torch's math kernel does (`_keyed_attention`) after torch checks the
     arguments (`_torch_validator`); everywhere else it is torch's function, fused kernels included.
     TorchScript compiles no keyword-only arguments, so ``scale`` and ``enable_gqa`` may also come by
-    position here (torch's own takes them by keyword only).
+    position here (torch's own takes them by keyword only). Before torch 2.5, which has no ``enable_gqa``,
+    the replacement has none either (TorchScript compiles its call of torch's function).
     """
     validate = _torch_validator(original)
+
+    def keyed_or_none(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      dropout_p: float, is_causal: bool, scale: Optional[float],
+                      enable_gqa: bool) -> Optional[torch.Tensor]:
+        strategy = _attention_strategy(query, key, value, attn_mask, dropout_p)
+        if strategy is None:
+            return None
+        validate(_signature(query, key, value, attn_mask), is_causal, scale, enable_gqa)
+        return _keyed_attention(query, key, value, attn_mask, float(dropout_p), is_causal, scale,
+                                enable_gqa, replica_id_of(strategy))
 
     def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                      attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                                      is_causal: bool = False, scale: Optional[float] = None,
                                      enable_gqa: bool = False) -> torch.Tensor:
         if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
-            strategy = _attention_strategy(query, key, value, attn_mask, dropout_p)
-            if strategy is not None:
-                validate(_signature(query, key, value, attn_mask), is_causal, scale, enable_gqa)
-                return _keyed_attention(query, key, value, attn_mask, float(dropout_p), is_causal, scale,
-                                        enable_gqa, replica_id_of(strategy))
+            keyed = keyed_or_none(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+            if keyed is not None:
+                return keyed
         return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-    scaled_dot_product_attention.__doc__ = original.__doc__
-    return scaled_dot_product_attention
+
+    def scaled_dot_product_attention_before_gqa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                                attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                                is_causal: bool = False,
+                                                scale: Optional[float] = None) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            keyed = keyed_or_none(query, key, value, attn_mask, dropout_p, is_causal, scale, False)
+            if keyed is not None:
+                return keyed
+        return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+    chosen = scaled_dot_product_attention if _TORCH_HAS_GQA else scaled_dot_product_attention_before_gqa
+    chosen.__name__ = chosen.__qualname__ = "scaled_dot_product_attention"
+    chosen.__doc__ = original.__doc__
+    return chosen
 
 
 def _attention_strategy(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -395,7 +420,8 @@ def _torch_validator(original: Callable[..., torch.Tensor]) -> Callable[..., Non
     @functools.lru_cache(maxsize=256)
     def validate(signature: _Signature, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> None:
         metas = [None if s is None else torch.empty(s[0], dtype=s[1], device="meta") for s in signature]
-        original(*metas, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+        gqa = {"enable_gqa": enable_gqa} if _TORCH_HAS_GQA else {}
+        original(*metas, 0.0, is_causal, scale=scale, **gqa)
     return validate
 
 

@@ -52,8 +52,8 @@ __all__ = ["ClusterRunError", "run_cluster", "run_script", "run_python", "start_
 
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
-#: Lines of each task's output quoted in a `ClusterRunError`.
 TAIL_LINES = 30
+"""Lines of each task's output quoted in a `ClusterRunError`."""
 
 _GRACE_SECONDS = 5.0
 

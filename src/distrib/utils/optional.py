@@ -1,7 +1,9 @@
 """Optional dependencies: import one, or fail in one line that names the extra to install.
 
 distrib's core needs only torch and a few small packages; a feature that needs
-more names its ``pip`` extra (``pyproject.toml``'s ``[project.optional-dependencies]``):
+more names the package to install and its extra (``pyproject.toml``'s
+``[project.optional-dependencies]``; distrib is not on a package index, so the
+extras install from a clone: ``pip install -c constraints.txt ".[datasets]"``):
 
 ===============  ====================  ==============================================
 extra            installs              needed by
@@ -18,7 +20,7 @@ Example:
     ...     require("no_such_module_xyz", extra="datasets", purpose="distrib.datasets.mnist")
     ... except MissingDependencyError as error:
     ...     print(error)
-    distrib.datasets.mnist needs scikit-learn, which is not installed: pip install "distrib[datasets]"
+    distrib.datasets.mnist needs scikit-learn, which is not installed: pip install scikit-learn (distrib's 'datasets' extra)
 """
 from __future__ import annotations
 
@@ -55,4 +57,4 @@ def require(module: str, *, extra: str, purpose: str) -> ModuleType:
     except ModuleNotFoundError:
         raise MissingDependencyError(
             f"{purpose} needs {EXTRAS[extra]}, which is not installed: "
-            f'pip install "distrib[{extra}]"') from None
+            f"pip install {EXTRAS[extra]} (distrib's {extra!r} extra)") from None

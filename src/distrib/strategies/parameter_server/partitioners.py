@@ -20,8 +20,13 @@ import math
 from typing import List, Optional, Sequence
 
 import torch
+from distrib.utils.public_names import public_dir
 
 __all__ = ["Partitioner", "FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner"]
+
+
+def __dir__() -> "list[str]":
+    return public_dir(globals(), __all__)
 
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
