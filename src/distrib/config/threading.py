@@ -35,9 +35,16 @@ import os
 import warnings
 from typing import Optional
 
+from distrib.utils.public_names import public_dir
+
 __all__ = ["set_intra_op_parallelism_threads", "get_intra_op_parallelism_threads",
            "set_inter_op_parallelism_threads", "get_inter_op_parallelism_threads",
            "default_intra_op_threads", "BusyMachineWarning", "warn_if_oversubscribed"]
+
+
+def __dir__() -> list:
+    return public_dir(globals(), __all__)
+
 
 _intra: int = 0
 _inter: int = 0

@@ -19,7 +19,7 @@ from distrib.image.geometry import (central_crop, crop_to_bounding_box, flip_lef
                                     pad_to_bounding_box, resize_with_crop_or_pad, rot90, transpose)
 from distrib.image.random_ops import (random_brightness, random_contrast, random_crop, random_flip_left_right,
                                       random_flip_up_down)
-from distrib.image.resize import ResizeMethod, resize
+from distrib.image.resizing import ResizeMethod, resize
 
 __all__ = ["adjust_brightness", "adjust_contrast", "convert_image_dtype", "grayscale_to_rgb",
            "per_image_standardization", "rgb_to_grayscale", "central_crop", "crop_to_bounding_box",
