@@ -21,6 +21,8 @@ Example:
     False
     >>> snapshot_every({"DISTRIB_ELASTIC_SNAPSHOT_EVERY": "4"})
     4
+    >>> snapshot_every({})
+    100
 """
 from __future__ import annotations
 
@@ -42,15 +44,17 @@ def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     return env.get(ELASTIC_ENV, "").strip() == "1"
 
 
-#: Steps between the in-memory snapshots `BackupAndRestore` keeps under elastic training.
+#: The most steps between the in-memory snapshots `BackupAndRestore` keeps under elastic training.
 SNAPSHOT_EVERY_ENV = "DISTRIB_ELASTIC_SNAPSHOT_EVERY"
-#: A snapshot copies the model and optimizer state and gathers every replica's generators; a
-#: replacement replays at most this many steps minus one from the log, which holds their results.
-DEFAULT_SNAPSHOT_EVERY = 10
+#: A snapshot copies the model and optimizer state and gathers every replica's generators (one
+#: collective), so it is taken rarely; a replacement replays the steps since from the log, which holds
+#: their results. The chief asks for one sooner when the log since the last grew large
+#: (`distrib.comm.elastic.snapshot_policy`).
+DEFAULT_SNAPSHOT_EVERY = 100
 
 
 def snapshot_every(environ: Optional[Mapping[str, str]] = None) -> int:
-    """Steps between `BackupAndRestore`'s elastic snapshots (``DISTRIB_ELASTIC_SNAPSHOT_EVERY``, default 10).
+    """The most steps between `BackupAndRestore`'s elastic snapshots (``DISTRIB_ELASTIC_SNAPSHOT_EVERY``, default 100).
 
     Every task of the job must see the same value (the launcher passes its environment to all).
 

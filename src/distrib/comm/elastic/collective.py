@@ -10,8 +10,9 @@ survivors never repeat a step; the replacement re-executes from the snapshot
 with every collective answered from the log until it reaches the survivors,
 so it computes exactly what the lost task computed.
 
-Asynchronous all-reduces run synchronously here (each collective completes
-or fails before the next is issued), which is what makes the numbering exact.
+Asynchronous all-reduces (the gradient buckets) stay asynchronous
+(`distrib.comm.elastic.inflight`): they complete, and are numbered, in the
+order they were issued, and any other collective first completes them.
 
 Example (what the survivors print when worker 2 is SIGKILLed)::
 
@@ -33,6 +34,8 @@ from distrib.comm.collective import ReduceOp
 from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
 from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
+from distrib.comm.elastic.call_site import call_site as _call_site
+from distrib.comm.elastic.inflight import InFlight
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
                                       join_generation, leader_of, rebuild_groups)
@@ -47,10 +50,11 @@ log = logging.getLogger("distrib.elastic")
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 
 
-class ElasticCollective(Membership, TorchCollective):
+class ElasticCollective(Membership, InFlight, TorchCollective):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
     elastic = True
+    keeps_results = True
     log: OpLog
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None
@@ -92,12 +96,14 @@ class ElasticCollective(Membership, TorchCollective):
         are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
         only if a replacement or joiner is sent it).
         """
+        self._drain()
         for listener in self._snapshot_listeners or ():
             listener.before_snapshot()
         data = state()
         if self._replay is not None and self._replay.in_startup:
             return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
         self.log.keep_snapshot(data)
+        self.snapshot_kept(data)
 
     def snapshot_restored(self) -> None:
         """The program loaded the snapshot `take_snapshot` returned (see `add_snapshot_listener`)."""
@@ -112,6 +118,11 @@ class ElasticCollective(Membership, TorchCollective):
         return None if data is None else bytes(data)
 
     def step_boundary(self) -> None:
+        self._drain()
+        if self.log.check_handed_over():
+            log.warning("distrib: %s: the program changes reduced gradients in place (zero_grad(set_to_none=False), "
+                        "or gradients accumulated into the reduced ones): the elastic log copies them from now on",
+                        self._describe(self._rank))
         self.apply_pending_resize()
         if self._replay is not None:
             self._replay.step_started(self.log)
@@ -119,25 +130,16 @@ class ElasticCollective(Membership, TorchCollective):
 
     # -------------------------------------------------------- collectives
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
-        return self._in_place("all_reduce", tensor, lambda: TorchCollective.all_reduce(self, tensor, op))
+        return self._in_place("all_reduce", tensor, lambda t: TorchCollective.all_reduce(self, t, op))
 
     def control_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
-        return self._in_place("control_all_reduce", tensor,
-                              lambda: TorchCollective.control_all_reduce(self, tensor, op))
-
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
-        self.all_reduce(tensor, op)  # synchronous: the numbering must be exact
-        return None
-
-    def wait(self, handle: Any) -> None:
-        return None
+        return self._in_place("control_all_reduce", tensor, lambda t: TorchCollective.control_all_reduce(self, t, op))
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        return self._in_place("broadcast", tensor, lambda: TorchCollective.broadcast(self, tensor, src))
+        return self._in_place("broadcast", tensor, lambda t: TorchCollective.broadcast(self, t, src))
 
     def control_broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        return self._in_place("control_broadcast", tensor,
-                              lambda: TorchCollective.control_broadcast(self, tensor, src))
+        return self._in_place("control_broadcast", tensor, lambda t: TorchCollective.control_broadcast(self, t, src))
 
     def all_gather(self, tensor: torch.Tensor) -> List[torch.Tensor]:
         return self._op("all_gather", None, lambda: _listed(TorchCollective.all_gather(self, tensor)),
@@ -158,12 +160,11 @@ class ElasticCollective(Membership, TorchCollective):
         return int(self.control_all_reduce(torch.tensor([float(value)], dtype=torch.float64), ReduceOp.MIN).item())
 
     # ---------------------------------------------------------- machinery
-    def _in_place(self, kind: str, tensor: torch.Tensor, run: Callable[[], torch.Tensor]) -> torch.Tensor:
-        saved = tensor.detach().clone()
+    def _in_place(self, kind: str, tensor: torch.Tensor, run_on: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """An in-place collective, run on a copy: the input stays whole for a retry, the copy is the logged result."""
 
         def attempt() -> Any:
-            tensor.copy_(saved)  # a collective that failed half-way may have written into it
-            result = run()
+            result = run_on(tensor.detach().clone())
             return result, [result]
 
         def apply(outs: List[torch.Tensor]) -> torch.Tensor:
@@ -173,7 +174,16 @@ class ElasticCollective(Membership, TorchCollective):
 
     def _op(self, kind: str, like: Optional[torch.Tensor], attempt: Callable[[], Any],
             apply: Callable[[List[torch.Tensor]], Any]) -> Any:
-        kind = f"{kind}@{_call_site()}"
+        return self._op_named(f"{kind}@{_call_site()}", like, attempt, apply)
+
+    def _op_named(self, kind: str, like: Optional[torch.Tensor], attempt: Callable[[], Any],
+                  apply: Callable[[List[torch.Tensor]], Any], own: bool = True) -> Any:
+        """Run (or, replaying, answer from the log) the collective named ``kind``; log its result.
+
+        ``own``: the outputs ``attempt`` returns are private to this call (`apply` gives the caller
+        copies), so the log keeps them as they are; else it copies them.
+        """
+        self._drain()
         if _TRACE:
             print(f"distrib elastic trace: {self._describe(self._rank)} #{self.log.seq} {kind} "
                   f"{tuple(like.shape) if like is not None else ''} replay={self._replay is not None}",
@@ -184,7 +194,7 @@ class ElasticCollective(Membership, TorchCollective):
             if replay is not None:
                 if not replay.done(seq):
                     entry = replay.take(self.log, kind, like)
-                    self.log.record(kind, entry.outputs)
+                    self.log.record(kind, entry.outputs, own=True)  # apply() copies what the caller gets
                     return apply(entry.outputs)
                 self._replay = None
             try:
@@ -194,7 +204,7 @@ class ElasticCollective(Membership, TorchCollective):
                     raise
                 self._recover(f"{kind} failed ({first_line(exc)})")
                 continue  # the log may answer it now (a survivor that lagged), else it runs again
-            self.log.record(kind, outputs)
+            self.log.record(kind, outputs, own=own)
             return result
 
     def _translate(self, op: str, exc: BaseException) -> DistribCommError:
@@ -284,32 +294,6 @@ class ElasticCollective(Membership, TorchCollective):
                     "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],
                     len(payload["snapshot"]))
         return collective
-
-
-_HERE = tuple(os.path.join("distrib", "comm", *parts) for parts in (("elastic", "collective.py"), ("collective.py",),
-                                                                    ("elastic", "membership.py"),
-                                                                    ("elastic", "resize.py")))
-
-
-_FORK_SERVER = os.path.join("distrib", "process", "fork_server.py")
-
-
-def _call_site(depth: int = 4) -> str:
-    """Where the program issued this collective: the first ``depth`` frames outside the collectives.
-
-    A replacement replays the same code, so an entry's site tells the
-    collective it belongs to apart from another of the same shape.
-    """
-    frame = sys._getframe(2)
-    parts: List[str] = []
-    while frame is not None and len(parts) < depth:
-        name = frame.f_code.co_filename
-        if name.endswith(_FORK_SERVER):
-            break  # a task forked by `distrib launch`: the frames from here out are not the program's
-        if not name.endswith(_HERE):
-            parts.append(f"{os.path.basename(name)}:{frame.f_code.co_name}:{frame.f_lineno}")
-        frame = frame.f_back
-    return "<".join(parts)
 
 
 def _listed(outs: List[torch.Tensor]) -> Any:

@@ -34,9 +34,12 @@ from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
 from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, broadcast_payload, rebuild_groups
-from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, membership_votes, next_members,
-                                         post_join_request, wait_for_admission, waiting_joiners)
+from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, next_members, post_join_request,
+                                         read_vote, vote_entries, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
+from distrib.comm.elastic import snapshot_every
+from distrib.comm.elastic.snapshot_policy import SnapshotPolicy
+from distrib.comm.step_flag import StepFlag, StepRider
 from distrib.process.task_env import LEFT_DIR_ENV
 
 __all__ = ["Membership", "LEFT_DIR_ENV", "open_job_store"]
@@ -56,14 +59,54 @@ class Membership:
     _joined_late: bool = False  # a joiner (not a replacement): its replayed steps were not its own
     _admitted: Optional[Dict[int, int]] = None  # the chief: each task's last admitted request number
     _describe_task: Optional[Callable[[int], str]] = None  # names by task, once ranks were renumbered
+    _step_flag: Optional[StepFlag] = None
+    _vote_rider: Optional[StepRider] = None  # the vote's entries in the step's last gradient bucket
+    _snapshot_policy: Optional[SnapshotPolicy] = None  # the chief's: when to ask for a snapshot
 
     # ------------------------------------------------------------ the vote
+    @property
+    def step_flag(self) -> StepFlag:
+        """The step's flag, which also carries this job's membership vote (`StepRider`)."""
+        if self._step_flag is None:
+            flag = StepFlag()
+            self._vote_rider = StepRider(self._vote_width(), self._vote_entries)
+            flag.add_rider(self._vote_rider)
+            self._step_flag = flag
+        return self._step_flag
+
+    def _vote_width(self) -> int:
+        return (self._max_world or self._world_size) + 1
+
+    def _vote_entries(self) -> torch.Tensor:
+        """This rank's entries of the step's vote (`distrib.comm.elastic.resize.vote_entries`)."""
+        chief = self._rank == 0
+        return vote_entries(self._task_rank(self._rank), self._vote_width() - 1,
+                            admit=self._joiners_to_admit() if chief else (),
+                            snapshot=chief and self._wants_snapshot())
+
+    def _wants_snapshot(self) -> bool:
+        """The chief's wish for a snapshot after this step (`distrib.comm.elastic.snapshot_policy`)."""
+        if self._snapshot_policy is None:
+            self._snapshot_policy = SnapshotPolicy(snapshot_every(), self._waiting)
+        return self._snapshot_policy.wants(self.log)
+
+    def snapshot_kept(self, data: Any) -> None:
+        """A snapshot was kept (every task): the chief's policy notes its size."""
+        if self._snapshot_policy is not None:
+            self._snapshot_policy.kept(data)
+
     def step_end(self) -> None:
-        """Agree who leaves and who joins after this step (one small all-reduce)."""
-        admit_now = self._joiners_to_admit() if self._rank == 0 else []
-        leave, join, self._snapshot_wanted = membership_votes(
-            lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._task_rank(self._rank),
-            self._max_world or self._world_size, admit=admit_now, snapshot=self._rank == 0 and not self.log.snapshots)
+        """Agree who leaves and who joins after this step.
+
+        The vote rides in the step's last gradient bucket (`StepRider`); a step that reduced no
+        gradient (evaluation) votes with one small all-reduce of its own. Every replica (a
+        replaying one too) runs the same reductions, so all take the same path.
+        """
+        rider = self._vote_rider if self._step_flag is not None else None
+        summed = rider.take() if rider is not None else None
+        if summed is None:
+            summed = self.control_all_reduce(self._vote_entries(), ReduceOp.SUM).tolist()
+        leave, join, self._snapshot_wanted = read_vote(summed, self._vote_width() - 1)
         if self._rank == 0 and leave_requested() and not self._chief_refused:
             self._chief_refused = True
             log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
@@ -124,6 +167,7 @@ class Membership:
 
     # ------------------------------------------------------------ changing
     def _resize(self, leave: List[int], join: List[int]) -> None:
+        self._drain()  # type: ignore[attr-defined]
         me = self._describe(self._rank)
         old = [self._task_rank(r) for r in range(self._world_size)]
         if leave:

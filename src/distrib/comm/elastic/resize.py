@@ -49,7 +49,8 @@ from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 from distrib.process.task_env import GROW_ENV, START_ENV
 
-__all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "next_members", "changes_to_make",
+__all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "vote_entries",
+           "read_vote", "next_members", "changes_to_make",
            "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "whole_number_env",
            "GROW_ENV",
            "START_ENV"]
@@ -134,16 +135,23 @@ class Vote(NamedTuple):
 
 def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: int, tasks: int,
                      wants: Optional[bool] = None, admit: Sequence[int] = (), snapshot: bool = False) -> Vote:
-    """The `Vote` after this step, the same on every rank (one all-reduce).
+    """The `Vote` after this step, the same on every rank (one all-reduce of `vote_entries`).
 
     One entry per task of the cluster (``tasks``, its size at the start, the
     most workers it can have): a task that wants to leave adds 1 at its own
     entry (the chief, ``task`` 0, never does); the chief adds -1 at each
     task it admits (``admit``: joiners waiting in the store). A last entry
-    carries the chief's ``snapshot`` wish (it holds no snapshot since the job
-    changed size), which `BackupAndRestore` follows on every rank: a replica
-    that replays this step reads the same answer from the log.
+    carries the chief's ``snapshot`` wish (it holds no snapshot since the
+    job changed size, a joiner waits, or it is time for one), which
+    `BackupAndRestore` follows on every rank: a replica that replays this
+    step reads the same answer from the log.
     """
+    return read_vote(all_reduce(vote_entries(task, tasks, wants, admit, snapshot)).tolist(), tasks)
+
+
+def vote_entries(task: int, tasks: int, wants: Optional[bool] = None, admit: Sequence[int] = (),
+                 snapshot: bool = False) -> torch.Tensor:
+    """This rank's ``tasks + 1`` entries of the vote (see `membership_votes`)."""
     flags = torch.zeros(tasks + 1, dtype=torch.float64)
     if (leave_requested() if wants is None else wants) and task != 0:
         flags[task] = 1.0
@@ -151,8 +159,17 @@ def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: i
         flags[t] = -1.0
     if snapshot and task == 0:
         flags[tasks] = 1.0
-    summed = all_reduce(flags).tolist()
-    votes = summed[:tasks]
+    return flags
+
+
+def read_vote(summed: Sequence[float], tasks: int) -> Vote:
+    """The `Vote` the summed entries of every rank say.
+
+    Example (3 tasks; worker 2 asks to leave, the chief admits worker 1 and wants a snapshot):
+        >>> read_vote([0.0, -1.0, 1.0, 1.0], 3)
+        Vote(leave=[2], join=[1], snapshot=True)
+    """
+    votes = list(summed[:tasks])
     return Vote([t for t, v in enumerate(votes) if v > 0], [t for t, v in enumerate(votes) if v < 0],
                 summed[tasks] > 0)
 
