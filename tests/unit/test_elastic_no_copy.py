@@ -185,3 +185,14 @@ def test_a_call_site_is_named_alike_every_time_and_apart_from_another_line():
 @pytest.mark.parametrize("rank,expected", [(0, False), (1, True)])
 def test_only_a_non_chief_can_vote_to_leave(rank, expected):
     assert (read_vote(vote_entries(rank, 2, wants=True).tolist(), 2).leave == [rank]) is expected
+
+
+def test_a_result_the_log_let_go_of_may_be_written_again_without_being_taken_for_a_change():
+    """After a resize (or a snapshot that no longer needs it) the owner reuses the buffer: not spoilt."""
+    log = OpLog()
+    log.record("broadcast@init", [torch.zeros(2)])
+    reused = _logged(log, 1.0)
+    log.forget_before_resize()
+    reused.fill_(5.0)  # the synchronizer reduces into it again
+    log.mark_step()
+    assert not log.check_handed_over() and not log.copy_all

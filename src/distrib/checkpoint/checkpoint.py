@@ -204,12 +204,12 @@ class Checkpoint:
                 d.write_bytes(STATE_FILE, dumps_state(state))
         except Exception as exc:  # reported to every worker below
             error = f"{role.who} could not write checkpoint {target or path}: {_first_line(exc)}"
-            if role.num_replicas_in_sync <= 1:
+            if not role.multi_replica:
                 raise CheckpointSaveError(error) from exc
         finally:
             if target is not None:
                 storage.remove_write_path(path, target)
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             errors = [e for e in role.collective.all_gather_json(error) if e]
             if errors:
                 raise CheckpointSaveError("; ".join(errors))

@@ -238,7 +238,7 @@ class CheckpointManager:
             self._write_index()  # the new latest first, so an interruption while sweeping still sees it
             self._sweep()
             self._write_index()
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])
         if self.snapshot_on_save:
@@ -289,7 +289,7 @@ class CheckpointManager:
         """
         path = self._latest
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             path = role.collective.broadcast_json(path)
         take = getattr(role.collective, "take_snapshot", None)
         snapshot = take() if take is not None else None

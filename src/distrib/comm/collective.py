@@ -133,7 +133,9 @@ class Collective(abc.ABC):
         n = torch.tensor([len(data) if self.rank == src else 0], dtype=torch.int64)
         n = self.control_broadcast(n, src)
         buf = torch.zeros(int(n.item()), dtype=torch.uint8)
-        if self.rank == src and len(data):
+        if self.rank == src and len(data) and len(data) == len(buf):
+            # (the sizes differ only where the size came from an elastic log: a replaced source that
+            # replays takes the bytes it sent the first time from the log too)
             buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
         buf = self.control_broadcast(buf, src)
         return bytes(buf.numpy().tobytes())

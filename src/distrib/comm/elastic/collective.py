@@ -59,6 +59,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None
     _snapshot_listeners: Optional[List[Any]] = None
+    _snapshot_extras: Optional[List[torch.Tensor]] = None  # a replacement's: kept with the payload's snapshot
     _gen = 0
 
     @classmethod
@@ -79,11 +80,14 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
     # ---------------------------------------------------------- snapshots
     def add_snapshot_listener(self, listener: Any) -> None:
         """Call ``listener.before_snapshot()`` on every task before each snapshot is taken (it may run
-        collectives), and ``listener.restored()`` in a task that loaded a survivor's snapshot.
+        collectives) and keep ``listener.snapshot_extra()`` (a tensor, or None) with the snapshot; in a
+        task that loaded a survivor's snapshot, call ``listener.restored(extra)`` with the one kept
+        with it.
 
         `distrib.metrics.elastic_fold.MetricFold` is one: it moves every replica's metric sums onto
-        replica 0 before a snapshot, so the one snapshot a replacement restores holds no other
-        replica's sums, and zeros them in the replacement after the program restored its checkpoint.
+        replica 0 before a snapshot, keeps their totals with it, zeros them in a replacement of any
+        other replica and puts the totals back in a replacement of replica 0 (the chief, replaced
+        like any worker under ``distrib launch``).
         """
         if self._snapshot_listeners is None:
             self._snapshot_listeners = []
@@ -97,18 +101,25 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         only if a replacement or joiner is sent it).
         """
         self._drain()
-        for listener in self._snapshot_listeners or ():
+        if self._replay is not None and self._replay.in_startup:
+            # A replacement's start-up, right after it restored the payload's snapshot (which stays the
+            # newest): taking this one would compute it from old answers (the first fold of the metrics
+            # would zero the chief's totals); a start-up may skip collectives the log holds.
+            return
+        listeners = self._snapshot_listeners or []
+        for listener in listeners:
             listener.before_snapshot()
         data = state()
-        if self._replay is not None and self._replay.in_startup:
-            return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
-        self.log.keep_snapshot(data)
+        extras = [listener.snapshot_extra() for listener in listeners]
+        self.log.keep_snapshot(data, extras=[torch.zeros(0) if e is None else e for e in extras])
         self.snapshot_kept(data)
 
     def snapshot_restored(self) -> None:
         """The program loaded the snapshot `take_snapshot` returned (see `add_snapshot_listener`)."""
-        for listener in self._snapshot_listeners or ():
-            listener.restored()
+        extras = self._snapshot_extras or []
+        for i, listener in enumerate(self._snapshot_listeners or ()):
+            extra = extras[i] if i < len(extras) and extras[i].numel() else None
+            listener.restored(extra)
 
     def take_snapshot(self) -> Optional[bytes]:
         """In a replacement, the survivor's snapshot to restore now (once); else None."""

@@ -57,7 +57,6 @@ class Membership:
     _pending: Optional[tuple] = None  # (leave, join) agreed at the last step's end, applied before the next
     _snapshot_wanted: bool = False  # the last vote asked for a snapshot
     _joined_late: bool = False  # a joiner (not a replacement): its replayed steps were not its own
-    _admitted: Optional[Dict[int, int]] = None  # the chief: each task's last admitted request number
     _describe_task: Optional[Callable[[int], str]] = None  # names by task, once ranks were renumbered
     _step_flag: Optional[StepFlag] = None
     _vote_rider: Optional[StepRider] = None  # the vote's entries in the step's last gradient bucket
@@ -138,9 +137,7 @@ class Membership:
         absent = [t for t in range(1, self._max_world) if t not in members]
         if not absent:
             return []
-        if self._admitted is None:
-            self._admitted = {}
-        return waiting_joiners(self._store, absent, self._admitted)
+        return waiting_joiners(self._store, absent)
 
     def joiners_waiting(self) -> List[int]:
         """On the chief: the tasks asking to join, to be admitted at a coming step's end (reads the store)."""
@@ -184,10 +181,8 @@ class Membership:
         gen = self._gen + 1
         rank = tasks.index(self._task_rank(self._rank))
         if rank == 0:
-            assert self._admitted is not None or not join
             for t in join:
-                self._admitted[t] = self._admitted.get(t, 0) + 1
-                admit(self._store, t, self._admitted[t], gen, tasks)
+                admit(self._store, t, gen, tasks)
         self._group, self._control = rebuild_groups(self._store, gen, rank, len(tasks), self.backend,
                                                     self._timeout)
         if join:  # the chief sends the joiners its newest snapshot and the log since (the members ignore it)
@@ -200,10 +195,12 @@ class Membership:
         self._set_members(tasks, rank, gen, task_describe)
         self.log.forget_before_resize()
         names = [f"{task_describe(t)} left" for t in leave] + [f"{task_describe(t)} joined" for t in join]
-        counted = "replicas" if any(") replica " in name for name in names) else "workers"  # local replicas
-        log.warning("distrib: %s: %s; the job goes on with %d %s (was %d) from the next step (generation "
-                    "%d formed in %.2fs; now replica %d; each global batch is split %d ways)", me, ", ".join(names),
-                    len(tasks), counted, len(old), gen, time.monotonic() - start, rank, len(tasks))
+        counted = "replica" if any(") replica " in name for name in names) else "worker"  # local replicas
+        split = f"split {len(tasks)} ways" if len(tasks) > 1 else "taken whole"
+        log.warning("distrib: %s: %s; the job goes on with %d %s%s (was %d) from the next step (generation "
+                    "%d formed in %.2fs; now replica %d; each global batch is %s)", me, ", ".join(names),
+                    len(tasks), counted, "" if len(tasks) == 1 else "s", len(old), gen, time.monotonic() - start,
+                    rank, split)
 
     def _task_describe(self) -> Callable[[int], str]:
         """Names by task (the resolver's), whatever the current ranks are."""
@@ -230,7 +227,9 @@ class Membership:
         self._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
                               payload["snap_seq"])
         self._snapshot = payload["snapshot"]
-        self.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        self._snapshot_extras = payload["extras"]
+        self.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"],
+                               extras=payload["extras"])
 
     @classmethod
     def _grow_join(cls, resolver: Any, options: Any, device: torch.device, connect: Callable[..., Any]) -> Any:

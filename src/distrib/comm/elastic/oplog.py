@@ -34,7 +34,7 @@ is 42; the leader failed at seq 57)::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -76,12 +76,14 @@ class Snapshot:
     """A checkpoint state kept in memory: taken at ``seq``; ``mark`` is the seq of the next step.
 
     ``data`` is the state's bytes, or an object that gives them with ``bytes(data)`` when asked
-    (serialised only if the snapshot is ever sent).
+    (serialised only if the snapshot is ever sent). ``extras``: one tensor per snapshot listener,
+    what it keeps beside the checkpoint (the metric sums folded onto replica 0), sent with it.
     """
 
     seq: int
     data: Any
     mark: Optional[int] = None
+    extras: List[torch.Tensor] = field(default_factory=list)
 
 
 class OpLog:
@@ -170,9 +172,10 @@ class OpLog:
             if snap.mark is None:
                 snap.mark = self.seq
 
-    def keep_snapshot(self, data: Any, seq: Optional[int] = None, mark: Optional[int] = None) -> None:
+    def keep_snapshot(self, data: Any, seq: Optional[int] = None, mark: Optional[int] = None,
+                      extras: Optional[List[torch.Tensor]] = None) -> None:
         """Keep ``data`` as the newest snapshot; drop what the oldest kept one no longer needs."""
-        self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark))
+        self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark, list(extras or [])))
         del self.snapshots[:-_KEEP_SNAPSHOTS]
         oldest = self.snapshots[0].seq
         self._keep_entries([e for e in self.entries if e.seq >= oldest])
@@ -183,6 +186,8 @@ class OpLog:
         self._spoilt = self._spoilt and any(e.spoilt for e in entries)
         if self._held:
             self._held = {id(e.outputs[0]): e for e in entries if e.versions is not None}
+            # a dropped result's buffer goes back to its owner, who writes into it again
+            self._unverified = [item for item in self._unverified if id(item[0].outputs[0]) in self._held]
 
     def close_snapshots(self) -> None:
         """The job changes size at this step boundary: the snapshots without a mark get this seq as theirs."""
@@ -334,7 +339,7 @@ def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
         else:
             since = min(since, snap.seq)
             header.update(mark=snap.mark, snap_seq=snap.seq, snapshot=writer.add(bytes(snap.data)),
-                          startup=writer.entries(log.startup))
+                          startup=writer.entries(log.startup), extras=writer.entries([Entry(0, "extras", snap.extras)]))
     entries = log.entries_between(since, until)
     if any(e.spoilt for e in entries) and header["error"] is None:
         header.update(error=("the program changed reduced gradients in place (zero_grad(set_to_none=False) or "
@@ -366,7 +371,8 @@ def decode_payload(data: bytes) -> Dict[str, Any]:
                 "snap_seq": None if header.get("snap_seq") is None else _int(header["snap_seq"]),
                 "snapshot": b"" if snapshot is None else bytes(_span(blob, snapshot)),
                 "startup": _read_entries(header.get("startup"), blob),
-                "entries": _read_entries(header.get("entries"), blob)}
+                "entries": _read_entries(header.get("entries"), blob),
+                "extras": [t for e in _read_entries(header.get("extras", []), blob) for t in e.outputs]}
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
         raise ReplayMismatchError(f"elastic recovery payload is malformed: {exc}") from None
 
