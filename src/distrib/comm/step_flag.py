@@ -49,21 +49,25 @@ class StepRider:
 
     Args:
         width: how many elements it adds to the bucket (fixed for the job).
-        local: this replica's values, ``width`` of them, read when the bucket launches.
+        local: this replica's values, ``width`` of them, read when the bucket launches (None: all zero).
 
     Example (3 replicas; each contributes a one-hot entry):
         rider = StepRider(3, lambda: torch.eye(3)[rank])
         ... after the step's reduction: rider.take() -> [1.0, 1.0, 1.0]
     """
 
-    def __init__(self, width: int, local: Callable[[], torch.Tensor]) -> None:
+    def __init__(self, width: int, local: Callable[[], Optional[torch.Tensor]]) -> None:
         self.width = width
         self._local = local
         self._due: Optional[torch.Tensor] = None
 
     def fill(self, out: torch.Tensor) -> None:
-        """Write this replica's values into ``out`` (the bucket's slice) at launch."""
-        out.copy_(self._local())
+        """Write this replica's values into ``out`` (the bucket's slice) at launch (``local()`` None: zeros)."""
+        values = self._local()
+        if values is None:
+            out.zero_()
+        else:
+            out.copy_(values)
 
     def deliver(self, summed: torch.Tensor) -> None:
         """The reduced values (a later delivery before `take` replaces an earlier one).

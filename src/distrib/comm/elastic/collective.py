@@ -165,10 +165,17 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         self._op("barrier", None, lambda: (TorchCollective.barrier(self), []), lambda outs: None)
 
     def agree_any(self, flag: bool) -> bool:
-        return bool(self.control_all_reduce(torch.tensor([1.0 if flag else 0.0]), ReduceOp.MAX).item() > 0)
+        return bool(self._agree(1.0 if flag else 0.0, torch.float32, ReduceOp.MAX) > 0)
 
     def agree_min(self, value: int) -> int:
-        return int(self.control_all_reduce(torch.tensor([float(value)], dtype=torch.float64), ReduceOp.MIN).item())
+        return int(self._agree(float(value), torch.float64, ReduceOp.MIN))
+
+    def _agree(self, value: float, dtype: torch.dtype, op: ReduceOp) -> float:
+        """``value`` reduced over the replicas: each attempt reduces a fresh tensor, which the log keeps."""
+        def attempt() -> Any:
+            result = TorchCollective.control_all_reduce(self, torch.tensor([value], dtype=dtype), op)
+            return result, [result]
+        return self._op("control_all_reduce", torch.empty(1, dtype=dtype), attempt, lambda outs: outs[0]).item()
 
     # ---------------------------------------------------------- machinery
     def _in_place(self, kind: str, tensor: torch.Tensor, run_on: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

@@ -76,12 +76,15 @@ class Membership:
     def _vote_width(self) -> int:
         return (self._max_world or self._world_size) + 1
 
-    def _vote_entries(self) -> torch.Tensor:
-        """This rank's entries of the step's vote (`distrib.comm.elastic.resize.vote_entries`)."""
+    def _vote_entries(self) -> Optional[torch.Tensor]:
+        """This rank's entries of the step's vote (`distrib.comm.elastic.resize.vote_entries`); None when
+        they are all zero (the usual step: nobody leaves, joins or asks for a snapshot)."""
         chief = self._rank == 0
-        return vote_entries(self._task_rank(self._rank), self._vote_width() - 1,
-                            admit=self._joiners_to_admit() if chief else (),
-                            snapshot=chief and self._wants_snapshot())
+        admit_now = self._joiners_to_admit() if chief else []
+        snapshot = chief and self._wants_snapshot()
+        if not (admit_now or snapshot or (not chief and leave_requested())):
+            return None
+        return vote_entries(self._task_rank(self._rank), self._vote_width() - 1, admit=admit_now, snapshot=snapshot)
 
     def _wants_snapshot(self) -> bool:
         """The chief's wish for a snapshot after this step (`distrib.comm.elastic.snapshot_policy`)."""
@@ -104,7 +107,13 @@ class Membership:
         rider = self._vote_rider if self._step_flag is not None else None
         summed = rider.take() if rider is not None else None
         if summed is None:
-            summed = self.control_all_reduce(self._vote_entries(), ReduceOp.SUM).tolist()
+            entries = self._vote_entries()
+            if entries is None:
+                entries = torch.zeros(self._vote_width(), dtype=torch.float64)
+            summed = self.control_all_reduce(entries, ReduceOp.SUM).tolist()
+        if not any(summed):  # the usual step: nothing changes
+            self._snapshot_wanted = False
+            return
         leave, join, self._snapshot_wanted = read_vote(summed, self._vote_width() - 1)
         if self._rank == 0 and leave_requested() and not self._chief_refused:
             self._chief_refused = True
@@ -133,6 +142,8 @@ class Membership:
         return self._waiting()
 
     def _waiting(self) -> List[int]:
+        if self._world_size >= self._max_world:
+            return []  # every task of the cluster is a member
         members = {self._task_rank(r) for r in range(self._world_size)}
         absent = [t for t in range(1, self._max_world) if t not in members]
         if not absent:
