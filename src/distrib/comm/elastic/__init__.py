@@ -2,12 +2,15 @@
 
 Opt-in: ``distrib launch --elastic`` sets ``DISTRIB_ELASTIC=1`` in every task
 (set it yourself under another launcher). Then every
-`MultiWorkerMirroredStrategy` task logs its collectives' results and keeps
-in-memory snapshots (every `snapshot_every` steps of a `BackupAndRestore`
-fit, each `CheckpointManager.save`); when a task dies, the others wait at the failed
+`MultiWorkerMirroredStrategy` task logs its collectives' results (a reduced
+gradient bucket without a copy) and keeps in-memory snapshots (when the chief
+asks in a step's vote, at most every `snapshot_every` steps of a
+`BackupAndRestore` fit; each `CheckpointManager.save`); when a task dies, the
+chief too (the launcher hosts the job's store), the others wait at the failed
 collective, the launcher starts only the lost task again, and that
 replacement re-executes from a survivor's snapshot with every collective
 answered from the survivor's log until it stands where the survivors wait.
+A job may run with any number of workers from one up (`Strategy.multi_replica`).
 The final weights are those of a run that never failed. A task may also
 leave a running job at an agreed step boundary (`request_leave`,
 `distrib.comm.elastic.resize`): the others go on with the same global

@@ -21,6 +21,7 @@ Example (what the survivors print when worker 2 is SIGKILLed)::
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -28,6 +29,7 @@ import time
 from typing import Any, Callable, List, Optional
 
 import torch
+import torch.distributed as dist
 
 from distrib import hooks
 from distrib.comm.collective import ReduceOp
@@ -220,10 +222,13 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             except DistribCommError as exc:
                 if self._closed:
                     raise
-                self._recover(f"{kind} failed ({first_line(exc)})")
-                continue  # the log may answer it now (a survivor that lagged), else it runs again
-            self.log.record(kind, outputs, own=own)
-            return result
+                failure = f"{kind} failed ({first_line(exc)})"
+            else:
+                self.log.record(kind, outputs, own=own)
+                return result
+            # Recover outside the except clause: the failure's traceback holds the frames (and the process
+            # groups in them) that `_close_groups` must let go of.
+            self._recover(failure)  # then the log may answer it (a survivor that lagged), else it runs again
 
     def _translate(self, op: str, exc: BaseException) -> DistribCommError:
         return WorkerLostError(f"{op} on {self._describe(self._rank)} failed: {first_line(exc)}")
@@ -235,6 +240,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         deadline = start + self._timeout
         gen = self._gen
         log.warning("distrib: %s: %s; elastic recovery, generation %d", me, why, gen + 1)
+        self._close_groups()
         while True:
             gen += 1
             members = form_generation(self._store, gen, self._rank, self._world_size, self.log.seq, False,
@@ -264,6 +270,23 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
                         "replacement%s)", me, gen, time.monotonic() - start, self._describe(leader), until,
                         joining, "" if joining == 1 else "s")
             return
+
+    def _close_groups(self) -> None:
+        """Close this task's process groups now, before the generation forms.
+
+        A survivor whose neighbours in the ring are alive does not see the loss: it waits in its
+        collective for data from a survivor that stopped sending. Closing the groups (every
+        reference dropped, so gloo closes its connections) fails that wait at once, and that
+        survivor enters recovery in turn, and so on around the ring: without it, a job of more
+        than three workers waited out the collective timeout.
+        """
+        self._group = self._control = None
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # a group whose peer died may refuse a clean shutdown; it is dropped anyway
+            pass
+        gc.collect()
 
     @classmethod
     def _join(cls, resolver: Any, options: Any, device: torch.device, world: int) -> "ElasticCollective":

@@ -119,14 +119,18 @@ class InFlight:
         except DistribCommError as exc:
             if self._closed:  # type: ignore[attr-defined]
                 raise
-            dropped, self._pending_ops = self._pending_ops, []
-            self._recover(f"{pending.kind} failed ({first_line(exc)})")  # type: ignore[attr-defined]
-            for again in dropped:
-                again.restore_input()
-                self._reduce_now(again.kind, again)
+            failure = f"{pending.kind} failed ({first_line(exc)})"
+        else:
+            self._pending_ops.pop(0)
+            self.log.record(pending.kind, [pending.tensor], handed_over=pending.handover)  # type: ignore[attr-defined]
             return
-        self._pending_ops.pop(0)
-        self.log.record(pending.kind, [pending.tensor], handed_over=pending.handover)  # type: ignore[attr-defined]
+        dropped, self._pending_ops = self._pending_ops, []
+        for again in dropped:  # their works hold the broken groups' connections: let go of them
+            again.work = again.error = None
+        self._recover(failure)  # type: ignore[attr-defined]
+        for again in dropped:
+            again.restore_input()
+            self._reduce_now(again.kind, again)
 
     def _reduce_now(self, kind: str, pending: Pending) -> None:
         """Run one all-reduce to completion through the logged, recovering path (`ElasticCollective._op`)."""

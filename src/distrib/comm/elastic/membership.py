@@ -1,8 +1,11 @@
 """`Membership`: the part of `ElasticCollective` that changes who is in a running job.
 
-At each step's end (`step_end`, called by ``strategy.run``) the members vote
-once (`distrib.comm.elastic.resize.membership_votes`): who leaves, and which
-waiting joiners the chief admits. Nothing changes until the next step reads
+At each step's end (`step_end`, called by ``strategy.run``) the members have
+voted once (`distrib.comm.elastic.resize.vote_entries`): who leaves, which
+waiting joiners the chief admits, whether to keep a snapshot. The vote rides
+in the step's last gradient bucket (a `distrib.comm.step_flag.StepRider`), so
+it costs no message of its own; a step without a gradient reduction votes with
+one small all-reduce. Nothing changes until the next step reads
 its input or starts (`apply_pending_resize`), so the program's own use of the
 step's results still has every replica. Then leavers exit with status 0, and
 the others (with any joiners) build the next generation's process groups,
