@@ -177,7 +177,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         def attempt() -> Any:
             result = TorchCollective.control_all_reduce(self, torch.tensor([value], dtype=dtype), op)
             return result, [result]
-        return self._op("control_all_reduce", torch.empty(1, dtype=dtype), attempt, lambda outs: outs[0]).item()
+        return self._op("control_all_reduce", _ONE[dtype], attempt, lambda outs: outs[0]).item()
 
     # ---------------------------------------------------------- machinery
     def _in_place(self, kind: str, tensor: torch.Tensor, run_on: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -335,6 +335,10 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
                     "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],
                     len(payload["snapshot"]))
         return collective
+
+
+#: What an agreement's tensor looks like (a replay checks the logged result against it).
+_ONE = {torch.float32: torch.zeros(1, dtype=torch.float32), torch.float64: torch.zeros(1, dtype=torch.float64)}
 
 
 def _listed(outs: List[torch.Tensor]) -> Any:
