@@ -5,9 +5,9 @@ id); the launcher starts only that worker again, the survivors keep their
 state, and every worker's final weights must equal, bit for bit, those of an
 uninterrupted run -- under `Model.fit` with `BackupAndRestore` and under a
 custom loop with `CheckpointManager`. The failure-of-the-failure-path cases:
-a second worker dying while the first recovery forms, the replacement dying
-while it catches up, and the chief dying (the whole job restarts from its
-last backup) -- each ends recovered with the same weights, never in a hang.
+a second worker dying while the first recovery forms and the replacement dying
+while it catches up -- each ends recovered with the same weights, never in a hang.
+The chief is replaced like any worker (the launcher hosts the job's store).
 """
 import json
 import os
@@ -226,8 +226,17 @@ def test_a_replacement_dying_while_it_catches_up_is_replaced_again(scripts, refe
     assert all(_equal(w, reference["fit"][0]) for w in finals)
 
 
-def test_the_chief_dying_restarts_the_whole_job_from_its_last_backup(scripts, reference, tmp_path):
-    result, finals = _run(scripts["fit"], tmp_path / "out", "end", 0, 12)
-    assert (result.replacements, result.restarts) == (0, 1), result.output[-4000:]
-    assert "worker 0 was killed by SIGKILL" in result.output
-    assert all(_equal(w, reference["fit"][0]) for w in finals)
+@pytest.mark.parametrize("name,where,step", [("fit", "end", 12), ("ctl", "begin", 8)])
+def test_the_chief_is_replaced_like_any_worker_and_the_result_is_kept(scripts, reference, tmp_path, name, where, step):
+    """The launcher hosts the job's store, so the chief's loss leaves it: the survivors wait there, the
+    launcher starts worker 0 again alone, and it catches up from another survivor's snapshot."""
+    result, finals = _run(scripts[name], tmp_path / "out", where, 0, step)
+    assert (result.replacements, result.restarts) == (1, 0), result.output[-4000:]
+    assert "worker 0 was killed by SIGKILL; starting a replacement for it alone" in result.output
+    assert "generation 1 formed" in result.output, result.output[-4000:]
+    for r, weights in enumerate(finals):
+        assert _equal(weights, reference[name][0]), f"worker {r}'s weights differ from the uninterrupted run"
+    if name == "fit":  # the epochs the chief's replacement ended are logged as the uninterrupted run logged them
+        history = json.loads((tmp_path / "out" / "extra-0.json").read_text())
+        for key, values in reference["fit"][1].items():
+            assert history[key] and history[key] == values[-len(history[key]):], key

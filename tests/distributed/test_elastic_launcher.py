@@ -1,4 +1,4 @@
-"""``distrib launch --elastic``: a lost worker is started again alone; the chief's loss restarts everything.
+"""``distrib launch --elastic``: a lost worker is started again alone, the chief too (the launcher hosts the store).
 
 The task scripts are tiny plain-Python files (no torch); a task that must
 wait for another polls for its file with a deadline.
@@ -58,11 +58,21 @@ def test_a_lost_worker_is_replaced_alone(write_script, tmp_path):
     assert "worker 1 was killed by SIGKILL; starting a replacement for it alone" in result.output
 
 
-def test_a_lost_chief_restarts_the_whole_job(write_script, tmp_path):
+def test_a_lost_chief_is_replaced_alone_the_launcher_hosts_the_store(write_script, tmp_path):
     result, started = _launch(write_script, tmp_path, "worker-0")
     assert result.returncode == 0, result.output
-    assert (result.replacements, result.restarts) == (0, 1)
-    assert "worker-0-attempt1-start" in started and not any("join" in s for s in started)
+    assert (result.replacements, result.restarts) == (1, 0)
+    assert started == ["worker-0-attempt0-join", "worker-0-attempt0-start", "worker-1-attempt0-start",
+                       "worker-2-attempt0-start"]
+    assert "worker 0 was killed by SIGKILL; starting a replacement for it alone" in result.output
+
+
+def test_the_tasks_are_told_the_launcher_hosts_the_store(write_script, tmp_path):
+    script = write_script("env.py", "import os, sys\nprint('store:', os.environ.get('DISTRIB_LAUNCHER_STORE'))\n")
+    hosted = launch(str(script), workers=2, elastic=True, output="capture", timeout=60)
+    plain = launch(str(script), workers=2, output="capture", timeout=60)
+    assert hosted.output.count("store: 1") == 2, hosted.output
+    assert plain.output.count("store: None") == 2, plain.output
 
 
 def test_replacements_count_against_max_restarts(write_script, tmp_path):

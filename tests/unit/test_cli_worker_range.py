@@ -37,11 +37,12 @@ def test_a_bad_range_is_one_line_naming_it(capsys, argv, says):
     assert says in capsys.readouterr().err
 
 
-def test_a_job_that_is_to_grow_starts_with_two_workers_at_least(tmp_path):
+def test_a_job_that_is_to_grow_starts_with_one_worker_at_least(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("")
-    with pytest.raises(ValueError, match="at least 2 workers"):
-        launch(str(script), workers=3, elastic=True, start_workers=1)
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match="must be 1 to 3"):
+            launch(str(script), workers=3, elastic=True, start_workers=bad)
     with pytest.raises(ValueError, match="needs --elastic"):
         launch(str(script), workers=3, start_workers=2)
     with pytest.raises(ValueError, match="worker tasks only"):
@@ -50,7 +51,8 @@ def test_a_job_that_is_to_grow_starts_with_two_workers_at_least(tmp_path):
 
 def test_the_tasks_read_how_many_start_the_job():
     assert starting_tasks(4, {START_ENV: "2"}) == 2
+    assert starting_tasks(4, {START_ENV: "1"}) == 1  # a one-worker elastic job takes the multi-replica path
     assert starting_tasks(4, {START_ENV: "4"}) is None and starting_tasks(4, {}) is None
-    for bad in ("1", "5", "two"):
+    for bad in ("0", "5", "two"):
         with pytest.raises(DistribCommError, match=START_ENV):
             starting_tasks(4, {START_ENV: bad})

@@ -44,7 +44,7 @@ def test_what_cannot_be_saved_is_refused_when_frozen_not_when_sent():
 
 
 def test_snapshot_every_reads_the_environment_and_names_a_bad_value():
-    assert snapshot_every({}) == DEFAULT_SNAPSHOT_EVERY == 10
+    assert snapshot_every({}) == DEFAULT_SNAPSHOT_EVERY == 100
     assert snapshot_every({"DISTRIB_ELASTIC_SNAPSHOT_EVERY": " 1 "}) == 1
     for bad in ("0", "-2", "ten"):
         with pytest.raises(DistribCommError, match="DISTRIB_ELASTIC_SNAPSHOT_EVERY=.*whole number of at least 1"):

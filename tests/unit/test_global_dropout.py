@@ -17,6 +17,10 @@ class _FakeStrategy:
     def __init__(self, replicas=3, replica_id=0):
         self.num_replicas_in_sync, self.replica_id = replicas, replica_id
 
+    @property
+    def multi_replica(self):
+        return self.num_replicas_in_sync > 1
+
 
 def _patched(module, strategy):
     assert use_global_batch_dropout(module, lambda: strategy)
@@ -178,6 +182,8 @@ class _Sync:
 
 class _TwoReplicaCollective:
     world_size = 2
+    distributed = True
+    elastic = False
 
     def broadcast(self, tensor, src=0):
         return tensor
@@ -193,6 +199,10 @@ class _Owner:
         self.collective = _TwoReplicaCollective()
         self.communication_options = CommunicationOptions(**options)
         self.num_replicas_in_sync, self.replica_id = 2, 0
+
+    @property
+    def multi_replica(self):
+        return self.num_replicas_in_sync > 1
 
     def _gradient_synchronizer(self):
         return _Sync()

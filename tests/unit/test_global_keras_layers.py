@@ -160,6 +160,10 @@ class _Strategy:
     def __init__(self, replicas):
         self.num_replicas_in_sync, self.collective, self.comm_device = replicas, _NoCollective(), torch.device("cpu")
 
+    @property
+    def multi_replica(self):
+        return self.num_replicas_in_sync > 1
+
 
 def test_evaluation_and_a_single_replica_use_keras_own_batch_normalization():
     shape = (8, 3)
@@ -215,6 +219,10 @@ class _Owner:
         self.communication_options = CommunicationOptions(**options)
         self.num_replicas_in_sync, self.replica_id = replicas, replica_id
         self.sync = _Sync()
+
+    @property
+    def multi_replica(self):
+        return self.num_replicas_in_sync > 1
 
     def _gradient_synchronizer(self):
         return self.sync

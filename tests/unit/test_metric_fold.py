@@ -103,3 +103,20 @@ def test_before_a_snapshot_sums_move_to_replica_0_and_a_restored_replacement_zer
         fold.restored()
         after = [float(t) for m in (a, b) for t in m.state_tensors().values()]
         assert after == ([19.0, 6.0, 15.0, 2.0] if rank == 0 else [0.0] * 4)
+
+
+def test_a_replacement_of_replica_0_puts_back_the_totals_kept_with_the_snapshot():
+    """The chief is replaced like any worker: the snapshot came from another survivor (zeros after the
+    fold), and the totals every replica kept with it go back onto replica 0."""
+    a, b, collective, fold = _two_metrics_folded_on(1)  # a survivor that is not replica 0
+    fold.before_snapshot()
+    totals = fold.snapshot_extra()
+    assert totals.tolist() == [12.0, 5.0, 15.0, 2.0]
+    chief_a, chief_b = _metrics([0.5])
+    chief = MetricFold(_Collective(0, torch.zeros(4, dtype=torch.float64)))
+    chief.add(chief_a)
+    chief.add(chief_b)
+    chief.restored(totals)
+    assert [float(t) for m in (chief_a, chief_b) for t in m.state_tensors().values()] == [12.0, 5.0, 15.0, 2.0]
+    chief.restored(torch.zeros(3, dtype=torch.float64))  # metrics that do not match: they start from zero
+    assert [float(t) for m in (chief_a, chief_b) for t in m.state_tensors().values()] == [0.0] * 4

@@ -21,6 +21,10 @@ class FakeStrategy:
         self.peers = []          # metrics (or metric lists) whose state the "other replicas" hold
         self.calls = []
 
+    @property
+    def multi_replica(self):
+        return self.num_replicas_in_sync > 1
+
     def reduce(self, op, value, axis=None):
         self.calls.append((op, value.dtype, tuple(value.shape), axis))
         total = value.clone()

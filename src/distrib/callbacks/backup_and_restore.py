@@ -34,9 +34,11 @@ Example — killed during epoch 2 of 3, then started again with the same command
 ``backup_dir`` must be used for nothing else; every worker gets the same one.
 
 Under elastic training (``distrib launch --elastic``) it also keeps an
-in-memory snapshot every ``DISTRIB_ELASTIC_SNAPSHOT_EVERY`` global steps
-(10 by default; not at an epoch's last step) and at the first step after the
-job changed size: a replacement or joiner starts from the newest one and
+in-memory snapshot when the step's vote asks for one: at most
+``DISTRIB_ELASTIC_SNAPSHOT_EVERY`` global steps apart (100 by default), sooner
+once the log since the last holds four times a snapshot's size, and at the
+first step after the job changed size or while a joiner waits (never at an
+epoch's last step): a replacement or joiner starts from the newest one and
 replays the steps since from a survivor's log.
 """
 from __future__ import annotations
@@ -52,7 +54,7 @@ from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.replica_state import ReplicaState
-from distrib.comm.elastic import elastic_enabled, snapshot_every
+from distrib.comm.elastic import elastic_enabled
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -124,7 +126,7 @@ class BackupAndRestore(Callback):
         self._manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=self.max_to_keep,
                                           checkpoint_name="backup")
         self._manager.snapshot_on_save = False  # elastic snapshots are taken every few steps below
-        self._snapshot_every = snapshot_every() if elastic_enabled() else 1
+        self._elastic = elastic_enabled()
         self._manager.snapshot_with(Checkpoint(train_loop=self.model.train_loop_state,
                                                replicas=ReplicaState(self.model, strategy)))
         self.restored_from = self._manager.restore_or_initialize()
@@ -146,15 +148,14 @@ class BackupAndRestore(Callback):
         if isinstance(self.save_freq, int) and step // self.save_freq > last // self.save_freq:
             self._save()  # this execution reached a multiple of save_freq
         steps = self.params.get("steps")
-        if steps is not None and batch + 1 < steps and self._snapshot_due(step):
+        if self._elastic and steps is not None and batch + 1 < steps and self._snapshot_due():
             # elastic training: resuming here runs the same collectives as going on (not at an epoch's end)
             self._manager.keep_snapshot()  # type: ignore[union-attr]
 
-    def _snapshot_due(self, step: int) -> bool:
-        """Every `snapshot_every` global steps, and when the step's vote asks for one (the job changed
-        size, which drops the older snapshots). Both are the same on every replica, a replaying one too."""
-        if step % self._snapshot_every == 0:
-            return True
+    def _snapshot_due(self) -> bool:
+        """When the step's vote asks for a snapshot: the chief decides (`distrib.comm.elastic.snapshot_policy`:
+        at most every `snapshot_every` steps, sooner when the log grew large, the job changed size or a
+        joiner waits) and every replica, a replaying one too, reads the same answer."""
         wanted = getattr(getattr(self._strategy(), "collective", None), "snapshot_wanted", None)
         return bool(wanted()) if wanted is not None else False
 
@@ -173,7 +174,7 @@ class BackupAndRestore(Callback):
         if self.delete_checkpoint:
             if strategy.is_chief:
                 storage.remove(self.backup_dir)
-            if strategy.num_replicas_in_sync > 1:
+            if strategy.multi_replica:
                 strategy.collective.barrier()  # no worker starts another fit while the chief deletes
         self._manager = None
 

@@ -123,7 +123,7 @@ class ModelCheckpoint(MonitorCallback):
     def _save(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> None:
         self._wait_for_write()  # at most one save in flight
         strategy = getattr(self.model, "distribute_strategy", None)
-        role = strategy.checkpoint_role() if strategy is not None and strategy.num_replicas_in_sync > 1 else None
+        role = strategy.checkpoint_role() if strategy is not None and strategy.multi_replica else None
         # whether to save, and where, is the chief's decision: every worker takes part in the save
         decision = chief_decides(role, "ModelCheckpoint's save", lambda: self._decide(epoch, batch, logs))
         if decision is None:

@@ -40,7 +40,7 @@ class AgreementError(DistribError, RuntimeError):
 def job_role() -> Optional[CheckpointRole]:
     """The `CheckpointRole` of this process's multi-replica job, or None outside one."""
     strategy = context.current_scope_strategy() or context.job_strategy()
-    if strategy is None or strategy.num_replicas_in_sync <= 1:
+    if strategy is None or not strategy.multi_replica:
         return None
     return strategy.checkpoint_role()
 
@@ -55,7 +55,7 @@ def chief_decides(role: Optional[CheckpointRole], what: str, compute: Callable[[
     Raises:
         AgreementError: on every worker, if ``compute`` raised on the chief.
     """
-    if role is None or role.num_replicas_in_sync <= 1 or role.collective.world_size <= 1:
+    if role is None or not role.multi_replica or not role.collective.distributed:
         return compute()
     mine: Optional[dict] = None
     if role.is_chief:

@@ -340,7 +340,7 @@ class _Write:
 
 def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseException]) -> None:
     """Raise `CheckpointSaveError` on every worker if the write failed on any (collective when multi-replica)."""
-    if role.num_replicas_in_sync > 1:
+    if role.multi_replica:
         errors = [e for e in role.collective.all_gather_json(error) if e]
         if errors:
             raise CheckpointSaveError("; ".join(errors)) from exc

@@ -66,7 +66,7 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Uni
     """
     if not overwrite:
         taken = bool(strategy.is_chief) and storage.exists(filepath)
-        if strategy.num_replicas_in_sync > 1:
+        if strategy.multi_replica:
             taken = strategy.collective.agree_any(taken)
         if taken:
             raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
@@ -91,7 +91,7 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Uni
 
 
 def _leave_together(strategy: "Strategy") -> None:
-    if strategy.num_replicas_in_sync > 1:
+    if strategy.multi_replica:
         strategy.barrier()
     else:  # a one-replica strategy in a local-replica process: see distrib.strategies.replica_process
         replica_process.settle()

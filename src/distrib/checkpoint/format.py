@@ -241,11 +241,13 @@ class FrozenState:
         >>> loads_state(bytes(frozen))["w"]      # the value w had when frozen
     """
 
-    __slots__ = ("_state", "_bytes")
+    __slots__ = ("_state", "_bytes", "nbytes")
 
     def __init__(self, state: Any) -> None:
         self._state = state
         self._bytes: Any = None
+        #: The bytes its tensors and arrays hold (what keeping it costs in memory).
+        self.nbytes = _nbytes(state)
 
     def __bytes__(self) -> bytes:
         if self._bytes is None:
@@ -260,6 +262,18 @@ def freeze_state(state: Any) -> FrozenState:
         TypeError: what `dumps_state` would refuse, named by its path, now rather than at serialisation.
     """
     return FrozenState(_copy(state, "state"))
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 def copy_state(state: Any, reuse: Any = None) -> Any:

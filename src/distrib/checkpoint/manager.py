@@ -281,7 +281,7 @@ class CheckpointManager:
             self._write_index()  # the new latest first, so an interruption while sweeping still sees it
             self._sweep()
             self._write_index()
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])
 
@@ -333,7 +333,7 @@ class CheckpointManager:
         self.sync()
         path = self._latest
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             path = role.collective.broadcast_json(path)
         take = getattr(role.collective, "take_snapshot", None)
         snapshot = take() if take is not None else None
@@ -353,7 +353,7 @@ class CheckpointManager:
 
     def _restored(self, role: Any, path: Optional[str]) -> Optional[str]:
         """Make ``path`` (what `Checkpoint.restore` fell back to, if it did) the latest; the same everywhere."""
-        if role.num_replicas_in_sync > 1:
+        if role.multi_replica:
             paths = role.collective.all_gather_json(path)
             if len(set(paths)) != 1:
                 raise AgreementError(f"CheckpointManager.restore_or_initialize: the workers restored different "

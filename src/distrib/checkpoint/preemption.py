@@ -133,7 +133,7 @@ class PreemptionWatcher:
 
         flag = self._event.is_set()
         collective = resolve_role(strategy, "PreemptionWatcher.agreed").collective
-        if collective.world_size <= 1:
+        if not collective.distributed:
             return flag
         channel = collective.step_flag
         if self._channel is channel:

@@ -50,7 +50,7 @@ class ReplicaState:
         state = self._model.state_dict(aggregate_metrics=False)
         own = dumps_state({"rng": capture_rng_state(), "metrics": state["metrics"]})
         blob = torch.frombuffer(bytearray(own), dtype=torch.uint8)
-        blobs = [blob] if role.num_replicas_in_sync <= 1 else role.collective.all_gather(blob.to(role.comm_device))
+        blobs = [blob] if not role.multi_replica else role.collective.all_gather(blob.to(role.comm_device))
         return {"module": state["module"], "optimizer": state["optimizer"],
                 "replicas": [b.cpu().clone() for b in blobs]}
 

@@ -80,7 +80,7 @@ class RNGState:
         role = self._current()
         own = capture_rng_state()
         n = role.num_replicas_in_sync
-        replicas: List[Dict[str, Any]] = [own] if n <= 1 else _gather(role, own)
+        replicas: List[Dict[str, Any]] = _gather(role, own) if role.multi_replica else [own]
         return {"world_size": n, "replicas": replicas}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:

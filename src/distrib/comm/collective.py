@@ -53,6 +53,13 @@ class Collective(abc.ABC):
     def world_size(self) -> int:
         """The number of replicas in sync."""
 
+    @property
+    def distributed(self) -> bool:
+        """Whether replicas exchange values through this collective: more than one replica, or an
+        elastic job, which may grow from one (its one replica runs every collective a job of
+        several runs, so a worker that joins later can replay its steps)."""
+        return self.world_size > 1 or self.elastic
+
     @abc.abstractmethod
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
         """Combine ``tensor`` across replicas; returns the result (same shape)."""
@@ -76,8 +83,21 @@ class Collective(abc.ABC):
             self._step_flag = StepFlag()
         return self._step_flag
 
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
-        """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it."""
+    #: True for a collective that logs its results (elastic): `all_reduce_async` callers may hand a
+    #: reduced buffer over to it (``handover``) and must not write into one it `keeps`.
+    keeps_results: bool = False
+
+    def keeps(self, tensor: torch.Tensor) -> bool:
+        """Whether this collective still holds ``tensor`` as a logged result (its owner must not write it)."""
+        return False
+
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
+                         refill: Optional[Callable[[], None]] = None, handover: bool = False) -> Any:
+        """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it.
+
+        ``refill`` (writes the input into ``tensor`` again) and ``handover`` (the collective may keep
+        ``tensor`` as its logged result) matter only where `keeps_results`.
+        """
         result = self.all_reduce(tensor, op)
         if result is not tensor:  # an implementation that returns a new tensor
             tensor.copy_(result)
@@ -113,7 +133,9 @@ class Collective(abc.ABC):
         n = torch.tensor([len(data) if self.rank == src else 0], dtype=torch.int64)
         n = self.control_broadcast(n, src)
         buf = torch.zeros(int(n.item()), dtype=torch.uint8)
-        if self.rank == src and len(data):
+        if self.rank == src and len(data) and len(data) == len(buf):
+            # (the sizes differ only where the size came from an elastic log: a replaced source that
+            # replays takes the bytes it sent the first time from the log too)
             buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
         buf = self.control_broadcast(buf, src)
         return bytes(buf.numpy().tobytes())

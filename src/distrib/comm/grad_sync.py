@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -58,28 +58,46 @@ _WIRE_DTYPES = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class _Bucket:
     __slots__ = ("params", "numels", "buffer", "views", "flags", "step_flag", "ready", "pending", "handle",
-                 "dirty", "index", "complete")
+                 "dirty", "index", "complete", "spares", "_dtype")
 
     def __init__(self, index: int, params: List[torch.nn.Parameter], wire_dtype: Optional[torch.dtype],
                  step_flag: Optional[StepFlag] = None) -> None:
         self.index = index
         self.params = params
-        self.step_flag = step_flag  # carried in this bucket's last element, if given
-        total = sum(p.numel() for p in params)
-        dtype = wire_dtype or params[0].dtype
-        extra = 1 if step_flag is not None else 0
-        self.buffer = torch.zeros(total + len(params) + extra, dtype=dtype, device=params[0].device)
-        self.views = []
-        offset = 0
-        for p in params:
-            self.views.append(self.buffer[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
-        self.flags = self.buffer[offset:offset + len(params)]
+        self.step_flag = step_flag  # carried in this bucket's last elements, if given
+        self._dtype = wire_dtype or params[0].dtype
+        self.spares: List[tuple] = []  # other (buffer, views, flags) while a collective keeps the current one
+        self.buffer, self.views, self.flags = self._allocate(torch.zeros)
         self.ready = [False] * len(params)
         self.pending = len(params)
         self.handle = None
         self.dirty = False
         self.complete = False  # every parameter had a gradient here at the last launch
+
+    def _allocate(self, make: Callable[..., torch.Tensor] = torch.empty) -> tuple:
+        total = sum(p.numel() for p in self.params)
+        extra = self.step_flag.width if self.step_flag is not None else 0
+        buffer = make(total + len(self.params) + extra, dtype=self._dtype, device=self.params[0].device)
+        views = []
+        offset = 0
+        for p in self.params:
+            views.append(buffer[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return buffer, views, buffer[offset:offset + len(self.params)]
+
+    def free_buffer(self, kept: Callable[[torch.Tensor], bool]) -> None:
+        """Reduce into a buffer that ``kept`` says no collective holds (an elastic log keeps reduced ones).
+
+        The spares are in the order they were used, and a log lets go of the oldest first: if the
+        oldest is still kept, so are the others.
+        """
+        if not kept(self.buffer):
+            return
+        self.spares.append((self.buffer, self.views, self.flags))
+        if len(self.spares) > 1 and not kept(self.spares[0][0]):
+            self.buffer, self.views, self.flags = self.spares.pop(0)
+        else:
+            self.buffer, self.views, self.flags = self._allocate()
 
 
 class GradientSynchronizer:
@@ -186,6 +204,18 @@ class GradientSynchronizer:
                 self._next_launch += 1
 
     def _launch(self, bucket: _Bucket) -> None:
+        collective = self._collective
+        if collective.keeps_results:  # elastic: the log keeps the reduced bucket instead of a copy
+            bucket.free_buffer(collective.keeps)
+            self._fill(bucket)
+            bucket.handle = collective.all_reduce_async(bucket.buffer, ReduceOp.SUM,
+                                                        refill=lambda: self._fill(bucket), handover=True)
+            return
+        self._fill(bucket)
+        bucket.handle = collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
+
+    def _fill(self, bucket: _Bucket) -> None:
+        """Copy this replica's gradients (and the step flag) into the bucket's buffer."""
         with torch.no_grad():
             present = [p.grad is not None for p in bucket.params]
             views, grads = [], []
@@ -209,8 +239,7 @@ class GradientSynchronizer:
                 for slot, has in enumerate(present):
                     bucket.flags[slot] = 1 if has else 0
             if bucket.step_flag is not None:
-                bucket.buffer[-1] = bucket.step_flag.local_value()
-        bucket.handle = self._collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
+                bucket.step_flag.fill(bucket.buffer[-bucket.step_flag.width:])
 
     # ------------------------------------------------------------ finish
     def finish(self) -> None:
@@ -254,7 +283,7 @@ class GradientSynchronizer:
         # it (the usual step); one that lacked some reads them, and reaches the same decisions.
         flags = [1] * len(bucket.params) if bucket.complete else bucket.flags.tolist()
         if bucket.step_flag is not None:
-            bucket.step_flag.deliver(bucket.buffer[-1:])
+            bucket.step_flag.deliver_tail(bucket.buffer[-bucket.step_flag.width:])
         with torch.no_grad():
             for p, view, flag in zip(bucket.params, bucket.views, flags):
                 if flag <= 0:

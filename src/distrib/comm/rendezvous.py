@@ -13,6 +13,10 @@ agent holds (which made c10d print a "failed to bind" error line); since that
 store outlives a restart, the caller keeps each attempt's keys under a prefix
 of its own (`distrib.comm.attempt`).
 
+``distrib launch --elastic`` hosts the store itself, at the chief's address
+(`distrib.launch.job_store`, ``DISTRIB_LAUNCHER_STORE=1``), so that it
+outlives the chief: there the chief connects to it as a client too.
+
 A task whose rank already joined the store it reaches is a restarted task
 meeting the previous attempt's chief (after a multi-node restart, nodes
 restart independently); it lets that store go and keeps waiting for the new
@@ -38,6 +42,7 @@ from distrib.comm.attempt import attempt_namespace
 from distrib.comm.auth_handshake import AuthenticationError, ProtocolError
 from distrib.comm.auth_store import connect_client, host_store, secret_mismatches
 from distrib.comm.errors import PortInUseError, RendezvousTimeoutError, first_line
+from distrib.process.task_env import LAUNCHER_STORE_ENV
 
 __all__ = ["connect_store", "store_client", "wait_for_all"]
 
@@ -67,10 +72,16 @@ def store_client(host: str, port: int, world_size: int, timeout: float) -> dist.
     return connect_client(host, port, world_size, timeout)
 
 
+def _launcher_hosts_store() -> bool:
+    """Whether ``distrib launch --elastic`` hosts the job's store at the chief's address (`LAUNCHER_STORE_ENV`)."""
+    return os.environ.get(LAUNCHER_STORE_ENV) == "1"
+
+
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout: float,
                   describe: Callable[[int], str]) -> dist.Store:
-    """Host the store (rank 0) or connect to it, within ``timeout`` seconds."""
-    if rank == 0 and not _agent_hosts_store(port):
+    """Host the store (rank 0, unless a launcher or torchrun's agent hosts it) or connect to it, within
+    ``timeout`` seconds."""
+    if rank == 0 and not _agent_hosts_store(port) and not _launcher_hosts_store():
         try:
             return host_store(host, port, world_size, timeout)
         except Exception as exc:  # address in use, unresolvable host

@@ -22,6 +22,12 @@ the newest one, which finished long ago (the newest waits for the next
 CPU the reduction is complete when it is delivered, so `take` answers from
 the newest.
 
+Other per-step agreements can ride along too: a `StepRider` (the elastic
+job's membership vote, `distrib.comm.elastic.membership`) adds ``width``
+elements before the flag; the synchronizer fills them from the rider when it
+launches the last bucket and hands the rider their sums when the reduction
+completes, unlagged (the rider decides when to read them on the host).
+
 Example (2 workers, worker 1 got SIGTERM during step 7's forward pass):
     step 7's last bucket carries [0] from worker 0 and [1] from worker 1;
     after the reduction both see 1, so ``take()`` is True on both and both
@@ -35,7 +41,48 @@ from typing import Callable, List, Optional
 
 import torch
 
-__all__ = ["StepFlag"]
+__all__ = ["StepFlag", "StepRider"]
+
+
+class StepRider:
+    """Per-replica values summed by the step's last gradient bucket (see the module docstring).
+
+    Args:
+        width: how many elements it adds to the bucket (fixed for the job).
+        local: this replica's values, ``width`` of them, read when the bucket launches (None: all zero).
+
+    Example (3 replicas; each contributes a one-hot entry):
+        rider = StepRider(3, lambda: torch.eye(3)[rank])
+        ... after the step's reduction: rider.take() -> [1.0, 1.0, 1.0]
+    """
+
+    def __init__(self, width: int, local: Callable[[], Optional[torch.Tensor]]) -> None:
+        self.width = width
+        self._local = local
+        self._due: Optional[torch.Tensor] = None
+
+    def fill(self, out: torch.Tensor) -> None:
+        """Write this replica's values into ``out`` (the bucket's slice) at launch (``local()`` None: zeros)."""
+        values = self._local()
+        if values is None:
+            out.zero_()
+        else:
+            out.copy_(values)
+
+    def deliver(self, summed: torch.Tensor) -> None:
+        """The reduced values (a later delivery before `take` replaces an earlier one).
+
+        A view of the reduced bucket, read by `take` before the bucket is filled again.
+        """
+        self._due = summed
+
+    def discard(self) -> None:
+        self._due = None
+
+    def take(self) -> Optional[List[float]]:
+        """The sums delivered since the last `take` (read on the host), or None if none was."""
+        value, self._due = self._due, None
+        return None if value is None else value.tolist()
 
 
 class StepFlag:
@@ -52,6 +99,30 @@ class StepFlag:
         self._due: Optional[torch.Tensor] = None  # what `take` answers from
         self._newest: Optional[torch.Tensor] = None  # lagged: the reduction `take` does not wait for yet
         self._lock = threading.Lock()
+        self._riders: List[StepRider] = []
+        #: Elements this flag adds to the last bucket: its riders' and its own one.
+        self.width = 1
+
+    def add_rider(self, rider: StepRider) -> None:
+        """Carry ``rider``'s values in every bucket built from now on (before any gradient bucket is)."""
+        self._riders.append(rider)
+        self.width += rider.width
+
+    def fill(self, tail: torch.Tensor) -> None:
+        """Write the riders' values and this replica's flag into the bucket's last `width` elements."""
+        at = 0
+        for rider in self._riders:
+            rider.fill(tail[at:at + rider.width])
+            at += rider.width
+        tail[-1] = self.local_value()
+
+    def deliver_tail(self, tail: torch.Tensor) -> None:
+        """The reduced last `width` elements of a bucket: the riders' sums, then the flag's."""
+        at = 0
+        for rider in self._riders:
+            rider.deliver(tail[at:at + rider.width])
+            at += rider.width
+        self.deliver(tail[-1:])
 
     def add_source(self, source: Callable[[], bool]) -> None:
         """Count ``source()`` in this replica's flag from the next launched bucket on."""

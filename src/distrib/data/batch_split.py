@@ -82,7 +82,7 @@ def leading_rows(batch: Any) -> int:
 
 
 def global_batch_size(batch: Any, planned: Optional[int], collective: Optional["Collective"],
-                      num_replicas: int) -> int:
+                      num_replicas: int, multi_replica: Optional[bool] = None) -> int:
     """Rows in the global batch this replica's ``batch`` belongs to.
 
     Args:
@@ -92,11 +92,13 @@ def global_batch_size(batch: Any, planned: Optional[int], collective: Optional["
         collective: sums the replicas' rows when ``planned`` is None and there
             are several replicas: then every replica must call this.
         num_replicas: replicas in sync.
+        multi_replica: whether the replicas sum their rows (default: several replicas; an elastic
+            job of one does too, as a job of several would).
     """
     if planned is not None:
         return int(planned)
     rows = leading_rows(batch)
-    if num_replicas == 1:
+    if not (num_replicas > 1 if multi_replica is None else multi_replica):
         return rows
     total = collective.control_all_reduce(torch.tensor([rows], dtype=torch.int64), ReduceOp.SUM)
     return int(total.reshape(-1)[0].item())

@@ -107,8 +107,8 @@ _RNG_LOCK = threading.Lock()
 
 def _agreed_seed(strategy: InputHost) -> Optional[int]:
     """One seed for unseeded random ops, broadcast from replica 0 (None on a single replica)."""
-    if strategy.input_placement().num_replicas_in_sync <= 1:
-        return None
+    if strategy.input_placement().num_replicas_in_sync <= 1 and not strategy.collective.elastic:
+        return None  # (an elastic job takes the multi-replica path from one worker on: it may grow)
     # Drawn without advancing the global generator: distributing (which fit does after
     # BackupAndRestore restored the RNG) must not shift the draws of dropout and the like.
     # One thread at a time: torch's get_rng_state can deadlock with a second caller when

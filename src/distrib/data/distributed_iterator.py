@@ -142,8 +142,12 @@ class DistributedIterator:
     def _lookahead(self, feed: Feed) -> Lookahead:
         return Lookahead(feed, self._depth, lambda element: self._stager.start(materialize(element)), EMPTY)
 
+    def _multi_replica(self) -> bool:
+        """Several replicas, or an elastic job (one worker takes the multi-replica path: it may grow)."""
+        return self._n > 1 or self._collective.elastic
+
     def _choose_ending(self) -> Ending:
-        if self._n == 1:
+        if not self._multi_replica():
             return Ending.NATURAL
         if not self._source.sharding.per_worker:
             return Ending.PER_STEP if self._source.dataset.cardinality() == UNKNOWN else Ending.NATURAL
@@ -196,7 +200,7 @@ class DistributedIterator:
             self._spec = loosen_batch(spec_of(value))
         self._global_size = read.global_size  # type: ignore[union-attr]
         first_row = read.first_row  # type: ignore[union-attr]
-        if first_row is not None and self._n > 1:
+        if first_row is not None and self._multi_replica():
             batch_position.note(value, first_row)  # where this replica's rows sit in the global batch
         return value
 
@@ -245,7 +249,7 @@ class DistributedIterator:
         """
         batch = next(self)
         planned = self._global_size if self._ending is Ending.NATURAL else None
-        return batch, global_batch_size(batch, planned, self._collective, self._n)
+        return batch, global_batch_size(batch, planned, self._collective, self._n, self._multi_replica())
 
     @property
     def element_spec(self) -> Any:
@@ -277,7 +281,7 @@ class DistributedIterator:
         feed_state = self._ahead.state()
         local = {"feed": feed_state, "local_done": self._phase is not Phase.READING}
         workers = [local]
-        if self._source.sharding.per_worker and self._n > 1 and gather:
+        if self._source.sharding.per_worker and self._multi_replica() and gather:
             workers = self._collective.all_gather_json(local)
         return {"version": STATE_VERSION, "mode": self._source.sharding.value, "num_replicas": self._n,
                 "replica_id": self._r, "ending": self._ending.value, "step": self._step,
@@ -308,7 +312,7 @@ class DistributedIterator:
         self._step, self._total = int(state["step"]), int(state["total"])
         self._phase = (Phase.FINISHED if state["finished"] else
                        Phase.PADDING if mine["local_done"] else Phase.READING)
-        if self._n > 1 and saved_n == self._n:
+        if self._multi_replica() and saved_n == self._n:
             self._ending = Ending(state["ending"])
-        elif self._n == 1:
+        elif not self._multi_replica():
             self._ending = Ending.NATURAL

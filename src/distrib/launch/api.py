@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
@@ -36,6 +36,7 @@ from distrib.process.fork_client import FORK_ENV, SharedForkServer, TaskStarter
 from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
 from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
                                    node_tasks, task_environment)
+from distrib.launch.job_store import LauncherStore
 from distrib.launch.output import OutputRouter
 from distrib.launch.output_logs import TaskLogs
 from distrib.launch.output_select import OutputSelection
@@ -205,8 +206,15 @@ def _run_attempts(job: "_Job", plan: "_Plan", host: str, router: OutputRouter, t
             attempt = _pick_ports(plan, host)
             result = report.result
             left = max_restarts - (result.restarts - result.preemption_restarts + result.replacements)
-            group = _start_tasks(job, attempt, report, events, interrupts, left if elastic else 0)
-            outcome, running, stopped = _supervise(group, deadline, grace_seconds, interrupts)
+            store = _host_store(job, attempt) if elastic else None
+            try:
+                group = _start_tasks(job if store is None else replace(job, base_env=store.environment(job.base_env)),
+                                     attempt, report, events, interrupts, left if elastic else 0,
+                                     chief_replaceable=store is not None)
+                outcome, running, stopped = _supervise(group, deadline, grace_seconds, interrupts)
+            finally:
+                if store is not None:
+                    store.close()
             result.replacements += len(group.replaced)
             result.failures.extend(group.replaced)
             report.result.tasks = group.statuses()
@@ -264,11 +272,8 @@ def _check_start_workers(start_workers: int, plan: _Plan, elastic: bool) -> int:
         raise ValueError("distrib launch: a range of workers (MIN:MAX) is for worker tasks only; drop --chief, "
                          "--ps and --evaluator")
     if isinstance(start_workers, bool) or not isinstance(start_workers, int) or not 1 <= start_workers <= total:
-        raise ValueError(f"distrib launch: the workers that start the job must be 2 to {total}, got "
+        raise ValueError(f"distrib launch: the workers that start the job must be 1 to {total}, got "
                          f"{start_workers!r}")
-    if start_workers == 1 and total > 1:
-        raise ValueError("distrib launch: an elastic job that is to grow must start with at least 2 workers "
-                         "(a one-worker job skips the collectives a joiner would replay): use MIN >= 2")
     return start_workers
 
 
@@ -357,8 +362,17 @@ def _pick_ports(plan: _Plan, host: str) -> _Attempt:
     return _Attempt(tasks, cluster, len(plan.layout.training_tasks()))
 
 
+def _host_store(job: _Job, attempt: _Attempt) -> Optional[LauncherStore]:
+    """Elastic: the job's store, hosted here so that it outlives the chief (`distrib.launch.job_store`)."""
+    try:
+        return LauncherStore.host(attempt.tasks, attempt.cluster, job.base_env)
+    except OSError:  # the chief's port is taken: the chief hosts the store and reports it
+        return None
+
+
 def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
-                 events: "queue.SimpleQueue[Any]", interrupts: InterruptState, replacements: int) -> TaskGroup:
+                 events: "queue.SimpleQueue[Any]", interrupts: InterruptState, replacements: int,
+                 chief_replaceable: bool = False) -> TaskGroup:
     """The group of this attempt's tasks, each with its own ``TF_CONFIG`` (started by `_supervise`)."""
     router = report.router
     launches = []
@@ -375,7 +389,8 @@ def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
         f"{t.name} ({attempt.cluster[t.task_type][t.task_index]})" for t in attempt.tasks))
     return TaskGroup(launches, router=router, events=events, interrupts=interrupts,
                      grace_seconds=job.grace_seconds, cwd=job.cwd, replacements=replacements,
-                     left_dir=job.left_dir, rejoins=job.rejoins, starter=job.starter)
+                     left_dir=job.left_dir, rejoins=job.rejoins, starter=job.starter,
+                     chief_replaceable=chief_replaceable)
 
 
 def _supervise(group: TaskGroup, deadline: Optional[float], grace_seconds: float,

@@ -26,11 +26,13 @@ into ``left_dir`` once admitted; if it fails before that, no member lost
 anything, so the launcher reports it once and the job goes on without it.
 
 Elastic (``replacements`` > 0, ``distrib launch --elastic``): a training task
-other than the chief that is killed by a signal (SIGKILL, the OOM killer; not
-an error exit, which would recur) is started again alone, as a replacement
+that is killed by a signal (SIGKILL, the OOM killer; not an error exit, which
+would recur) is started again alone, as a replacement
 (``DISTRIB_ELASTIC_JOIN=1``) that joins the survivors (`distrib.comm.elastic`),
-while replacements are left and the chief still runs; otherwise the attempt
-fails as above (the whole group restarts from the last checkpoint).
+while replacements are left -- the chief too where this launcher hosts the
+job's store (``chief_replaceable``, `distrib.launch.job_store`), else only
+while the chief still runs; otherwise the attempt fails as above (the whole
+group restarts from the last checkpoint).
 
 `stop` sends SIGTERM to each task's process group, waits up to the grace
 period, then sends SIGKILL (at once if another signal reaches the launcher
@@ -119,7 +121,7 @@ class TaskGroup:
                  events: "queue.SimpleQueue[Any]", interrupts: InterruptState,
                  grace_seconds: float, cwd: Optional[str] = None, replacements: int = 0,
                  left_dir: Optional[str] = None, rejoins: int = 0,
-                 starter: Optional[TaskStarter] = None) -> None:
+                 starter: Optional[TaskStarter] = None, chief_replaceable: bool = False) -> None:
         self._tasks = [_Task(launch) for launch in launches]
         #: How tasks start: forks of the launch's preloaded server where exact (`distrib.process.fork_client`).
         self._starter = starter if starter is not None else TaskStarter(mode="0")
@@ -131,6 +133,9 @@ class TaskGroup:
         self.left: List[str] = []
         #: Elastic replacements still allowed (each replaces one lost task, the others keep running).
         self.replacements_left = replacements
+        #: Elastic: this launcher hosts the job's store (`distrib.launch.job_store`), so a lost chief is
+        #: replaced like any worker; else its loss restarts the group.
+        self._chief_replaceable = chief_replaceable
         #: One line per replacement started, e.g. ``"worker 2 killed by SIGKILL"``.
         self.replaced: List[str] = []
         types = {t.launch.spec.task_type for t in self._tasks}
@@ -257,13 +262,18 @@ class TaskGroup:
     # -- internals --------------------------------------------------------
 
     def _replace(self, index: int) -> bool:
-        """Elastic: start a lost non-chief training task again alone; False where that does not apply."""
+        """Elastic: start a lost training task again alone; False where that does not apply.
+
+        The chief too where this launcher hosts the job's store; else a lost chief (or a task lost
+        while the chief is) restarts the group.
+        """
         task = self._tasks[index]
         spec = task.launch.spec
         chief = self._chief_index()
         killed = task.returncode is not None and task.returncode < 0  # an error would recur in a replacement
+        chief_lost = chief is not None and (index == chief or not self._tasks[chief].running)
         if (self.replacements_left <= 0 or not killed or not spec.is_training
-                or index == chief or (chief is not None and not self._tasks[chief].running)):
+                or (chief_lost and not self._chief_replaceable)):
             return False  # (on a node without the chief, a replacement finds out whether the chief lives)
         self.replacements_left -= 1
         why = f"{spec.name} {describe_returncode(task.returncode)}"

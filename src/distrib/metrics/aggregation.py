@@ -45,7 +45,7 @@ def global_results(metrics: Sequence[Metric], strategy: "Optional[Strategy]" = N
     if not metrics:
         return {}
     strategy = strategy if strategy is not None else metrics[0].distribute_strategy
-    if strategy.num_replicas_in_sync <= 1:
+    if not strategy.multi_replica:
         return {m.name: m.local_result() for m in metrics}
     states = [m.state_tensors() for m in metrics]
     packs = [pack(s) for s in states]

@@ -178,7 +178,7 @@ class Metric(StrategyBoundState):
     def result(self) -> torch.Tensor:
         """The global value over all replicas' state; a COLLECTIVE when there are several replicas."""
         strategy = self._strategy
-        if strategy.num_replicas_in_sync <= 1:
+        if not strategy.multi_replica:
             return self.local_result()
         states = self.state_tensors()
         summed = strategy.reduce(ReduceOp.SUM, pack(states), axis=None)

@@ -13,7 +13,9 @@ nothing.)
 
 The same fold runs before each elastic snapshot (`ElasticCollective.add_snapshot_listener`): a
 replacement restores one survivor's snapshot, which then holds no other replica's sums, and it
-zeros its own after loading it (replica 0, which holds them, is never replaced).
+zeros its own after loading it. Every replica keeps the folded totals with its snapshot
+(`snapshot_extra`), so a replacement of replica 0 itself (the chief, replaced like any worker
+under ``distrib launch``) puts them back (`restored`), whichever survivor sent the snapshot.
 
 Example (3 replicas counted 4, 5 and 3 examples; worker 1 leaves):
     fold -> replica 0: 12, replicas 1 and 2: 0; the job goes on with 2 replicas, result() still over 12
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
@@ -50,6 +52,7 @@ class MetricFold:
     def __init__(self, collective: Any) -> None:
         self._collective = collective
         self._refs: List["weakref.ref[Any]"] = []  # distrib.metrics.Metric objects
+        self._totals: Optional[torch.Tensor] = None  # the sums the last fold before a snapshot moved to replica 0
 
     def add(self, metric: Any) -> None:
         self._refs.append(weakref.ref(metric))
@@ -63,19 +66,38 @@ class MetricFold:
 
     def before_snapshot(self) -> None:
         """Fold every replica's sums onto replica 0 (collective): the snapshot then holds no other replica's."""
-        self([])
+        self._totals = self([])
 
-    def restored(self) -> None:
-        """In a replacement that loaded a survivor's snapshot: zero the sums, unless this is replica 0.
+    def snapshot_extra(self) -> Optional[torch.Tensor]:
+        """The totals the fold before this snapshot gave replica 0 (every replica knows them), or None."""
+        return self._totals
+
+    def restored(self, totals: Optional[torch.Tensor] = None) -> None:
+        """In a replacement that loaded a survivor's snapshot: zero the sums, or, on replica 0, set the
+        ``totals`` kept with that snapshot.
 
         The snapshot was taken right after `before_snapshot`, when only replica 0 held sums (a
         metric the program's checkpoint holds was just loaded with the survivor's values).
         """
+        metrics = self.metrics
         if self._collective.rank != 0:
-            for metric in self.metrics:
+            for metric in metrics:
                 metric.reset_state()
+            return
+        if totals is None:
+            return  # no fold was kept with the snapshot: its values stand
+        states = [m.state_tensors() for m in metrics]
+        size = sum(t.numel() for s in states for t in s.values())
+        if totals.numel() != size:
+            log.warning("distrib: the metrics differ from the snapshot's (%d to %d state values): the chief's "
+                        "replacement starts them from zero", size, totals.numel())
+            for metric in metrics:
+                metric.reset_state()
+            return
+        _unpack_into(states, totals)
 
-    def __call__(self, leaving: List[bool]) -> None:
+    def __call__(self, leaving: List[bool]) -> Optional[torch.Tensor]:
+        """Fold (collective); returns the totals replica 0 now holds (None if the metrics differ)."""
         states = [m.state_tensors() for m in self.metrics]
         flat = torch.cat([pack(s).cpu() for s in states]) if states else torch.zeros(0, dtype=torch.float64)
         n = float(flat.numel())
@@ -83,18 +105,22 @@ class MetricFold:
         if float(sizes[0]) != -float(sizes[1]):
             log.warning("distrib: the replicas hold different metrics (%d to %d state values): metric sums "
                         "of leaving workers are not kept", int(-float(sizes[1])), int(float(sizes[0])))
-            return
+            return None
         if not flat.numel():
-            return
+            return None
         summed = self._collective.all_reduce(flat, ReduceOp.SUM)
-        if self._collective.rank != 0:
-            summed = torch.zeros_like(summed)
-        offset = 0
-        for s in states:
-            n = sum(t.numel() for t in s.values())
-            for name, value in unpack(summed[offset:offset + n], s).items():
-                s[name].copy_(value.to(s[name].dtype))
-            offset += n
+        _unpack_into(states, summed if self._collective.rank == 0 else torch.zeros_like(summed))
+        return summed.clone()
+
+
+def _unpack_into(states: List[Any], flat: torch.Tensor) -> None:
+    """Write ``flat`` (the packed states of every metric, in order) into the metrics' state tensors."""
+    offset = 0
+    for s in states:
+        n = sum(t.numel() for t in s.values())
+        for name, value in unpack(flat[offset:offset + n], s).items():
+            s[name].copy_(value.to(s[name].dtype))
+        offset += n
 
 
 def register_for_resizes(metric: Any) -> None:

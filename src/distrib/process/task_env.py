@@ -11,7 +11,7 @@ Example:
 """
 from __future__ import annotations
 
-__all__ = ["ELASTIC_ENV", "JOIN_ENV", "GROW_ENV", "START_ENV", "LEFT_DIR_ENV"]
+__all__ = ["ELASTIC_ENV", "JOIN_ENV", "GROW_ENV", "START_ENV", "LEFT_DIR_ENV", "LAUNCHER_STORE_ENV"]
 
 #: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
 ELASTIC_ENV = "DISTRIB_ELASTIC"
@@ -30,3 +30,7 @@ START_ENV = "DISTRIB_ELASTIC_START_WORKERS"
 #: Where ``distrib launch --elastic`` learns that a task left on purpose (``left-<pid>``) or was admitted to the
 #: running job (``joined-<pid>``): an empty file by that name.
 LEFT_DIR_ENV = "DISTRIB_ELASTIC_LEFT_DIR"
+
+#: Set (to ``1``) by ``distrib launch --elastic`` on the node that runs the chief: the launcher hosts the job's
+#: store at the chief's address, so the chief connects to it as every task does and the store outlives it.
+LAUNCHER_STORE_ENV = "DISTRIB_LAUNCHER_STORE"

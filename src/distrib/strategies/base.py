@@ -71,7 +71,7 @@ class ReplicatedStrategy(Strategy):
         self._tracker = ScopeTracker(self)
         self._grad_sync = None
         self._local_results: Any = None
-        if self._collective.world_size > 1:
+        if self._collective.distributed:
             from distrib.comm.optimizer_hook import install
 
             context.register_job_strategy(self)

@@ -78,7 +78,7 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
     def forward(self: _BatchNorm, x: torch.Tensor) -> torch.Tensor:
         strategy = strategy_of()
         uses_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
-        if strategy is None or strategy.num_replicas_in_sync <= 1 or not uses_batch_stats:
+        if strategy is None or not strategy.multi_replica or not uses_batch_stats:
             return type(self).forward(self, x)
         self._check_input_dim(x)
         return _global_batch_norm(self, x, strategy.collective, strategy.comm_device)

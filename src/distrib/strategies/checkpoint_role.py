@@ -47,6 +47,11 @@ class CheckpointRole:
     task_id: Optional[int] = None
 
     @property
+    def multi_replica(self) -> bool:
+        """Whether saving and restoring take the multi-replica path (see `Strategy.multi_replica`)."""
+        return self.num_replicas_in_sync > 1 or self.collective.elastic
+
+    @property
     def writer_id(self) -> int:
         """Names a non-chief's private write path: its task id, else its replica id."""
         return self.task_id if self.task_id is not None else self.replica_id

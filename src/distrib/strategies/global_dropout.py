@@ -193,7 +193,7 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
     def forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         strategy = strategy_of()
         rank = _CHANNEL_RANK.get(type(self))
-        if (strategy is None or strategy.num_replicas_in_sync <= 1 or not self.training or self.p == 0.0
+        if (strategy is None or not strategy.multi_replica or not self.training or self.p == 0.0
                 or x.dim() == 0 or (rank is not None and x.dim() != rank)):
             return type(self).forward(self, x)
         return _keyed_dropout(x, float(self.p), bool(self.inplace), channels=rank is not None,
@@ -262,7 +262,7 @@ def stepping_strategy() -> Optional["Strategy"]:
     """The multi-replica strategy whose step (or scope) is running here and drops globally; else None."""
     ctx = context.get_replica_context()
     strategy = ctx.strategy if ctx is not None else context.current_scope_strategy()
-    if strategy is None or strategy.num_replicas_in_sync <= 1:
+    if strategy is None or not strategy.multi_replica:
         return None
     options = getattr(strategy, "communication_options", None)
     return strategy if options is not None and getattr(options, "global_batch_dropout", False) else None

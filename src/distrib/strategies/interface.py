@@ -93,6 +93,19 @@ class Strategy(abc.ABC):
         """How this process talks to the other replicas of the job."""
 
     @property
+    def multi_replica(self) -> bool:
+        """Whether this strategy takes the multi-replica path: more than one replica in sync, or an
+        elastic job (which may grow from one worker: its one replica runs every collective and keys
+        every random draw as a job of several does, so the workers that join replay its steps and
+        the result is a fixed-size job's).
+
+        Example:
+            >>> distrib.get_strategy().multi_replica
+            False
+        """
+        return self.num_replicas_in_sync > 1 or self.collective.elastic
+
+    @property
     def should_checkpoint(self) -> bool:
         """True where checkpoints are written (the chief)."""
         return self.is_chief

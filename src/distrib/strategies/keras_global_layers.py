@@ -153,7 +153,7 @@ def use_global_batch_statistics(layer: Any, strategy_of: Callable[[], Optional["
 def _make_moments(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[..., Tuple[Any, Any]]:
     def _moments(self: Any, inputs: Any, mask: Any) -> Tuple[Any, Any]:
         strategy = strategy_of()
-        if (strategy is None or strategy.num_replicas_in_sync <= 1 or not isinstance(inputs, torch.Tensor)
+        if (strategy is None or not strategy.multi_replica or not isinstance(inputs, torch.Tensor)
                 or inputs.device.type == "meta"):
             return type(self)._moments(self, inputs, mask)
         return global_moments(inputs, mask, self._reduction_axes, strategy.collective, strategy.comm_device)

@@ -88,7 +88,7 @@ class ScopeTracker:
 
     @property
     def _replicated(self) -> bool:
-        return self._strategy.collective.world_size > 1
+        return self._strategy.collective.distributed
 
     # ------------------------------------------------------------ capture
     @contextlib.contextmanager

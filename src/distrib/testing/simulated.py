@@ -99,6 +99,10 @@ class SimulatedStrategy:
         return self.collective.world_size
 
     @property
+    def multi_replica(self) -> bool:
+        return self.collective.world_size > 1
+
+    @property
     def replica_id(self) -> int:
         return self.collective.rank
 

@@ -67,7 +67,7 @@ def should_validate(epoch: int, validation_freq: Any) -> bool:
 def draw_seed(strategy: "Strategy") -> int:
     """A shuffle seed drawn from the chief's torch RNG, the same on every worker."""
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    if strategy.num_replicas_in_sync > 1:
+    if strategy.multi_replica:
         seed = int(strategy.collective.broadcast_json(seed, src=0))
     return seed
 

@@ -47,7 +47,7 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
     cbs = loop.make_callbacks(callbacks, verbose, fit=True, epochs=epochs, steps=steps, log_every=log_every)
     loop.stop_training = False
     collective = loop.strategy.collective
-    stop_each_step = collective.world_size > 1 and collective.agree_any(
+    stop_each_step = collective.distributed and collective.agree_any(
         may_stop_during_epoch(cbs.callbacks, loop.owner))
     should_stop = loop.agreed_stop if stop_each_step else loop.local_stop
     state.epoch, state.step_in_epoch, state.epoch_done = initial_epoch, 0, False

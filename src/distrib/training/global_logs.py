@@ -46,7 +46,7 @@ def global_logs(strategy: "Strategy", tracker: Any, metrics: Sequence[Tuple[str,
             flats.extend(t.detach().reshape(-1).to(torch.float64) for t in states.values())
     device = flats[0].device
     flat = torch.cat([f.to(device) for f in flats])
-    if strategy.num_replicas_in_sync > 1:
+    if strategy.multi_replica:
         flat = strategy.reduce(ReduceOp.SUM, flat, axis=None)
     logs: Dict[str, Any] = {"loss": tracker.mean_of(flat[0])}
     offset = 1

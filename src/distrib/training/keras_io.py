@@ -124,7 +124,7 @@ def save_keras_file(module: Any, filepath: str, strategy: "Strategy") -> None:
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-    if strategy.num_replicas_in_sync > 1:
+    if strategy.multi_replica:
         strategy.barrier()
 
 

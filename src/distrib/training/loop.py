@@ -283,7 +283,7 @@ class TrainingLoop:
     def agreed_stop(self) -> bool:
         """``stop_training`` as every worker sees it: true if any worker's callbacks set it."""
         collective = self.strategy.collective
-        if collective.world_size > 1:
+        if collective.distributed:
             self.stop_training = collective.agree_any(bool(self.stop_training))
         return bool(self.stop_training)
 

@@ -39,7 +39,7 @@ def _metric_state(metric: Any, strategy: "Strategy", aggregate: bool) -> Any:
     if not hasattr(metric, "state_dict"):
         return None
     state = metric.state_dict()
-    if not aggregate or strategy.num_replicas_in_sync == 1:
+    if not aggregate or not strategy.multi_replica:
         return state
 
     def reduce(v: Any) -> Any:  # metric states are sums over examples: summing replicas is exact
@@ -62,7 +62,7 @@ def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[
         "module": loop.module.state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "metrics": metrics,
-        "metrics_aggregated": bool(aggregate_metrics and strategy.num_replicas_in_sync > 1),
+        "metrics_aggregated": bool(aggregate_metrics and strategy.multi_replica),
     }
 
 
@@ -82,7 +82,7 @@ def fold_metrics(loop: "LoopHost") -> None:
     metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=True)}
     for _, name, metric in (loop.compiled_metrics.entries if loop.compiled_metrics else []):
         metrics[name] = _metric_state(metric, strategy, True)
-    apply_metric_state(loop, {"metrics": metrics, "aggregated": strategy.num_replicas_in_sync > 1})
+    apply_metric_state(loop, {"metrics": metrics, "aggregated": strategy.multi_replica})
 
 
 def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:

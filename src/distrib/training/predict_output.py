@@ -40,7 +40,7 @@ def assemble(strategy: "Strategy", outputs: List[Any], sizes: List[int]) -> Any:
     if not outputs:
         raise ValueError("predict: the input produced no batches; check that x is not empty")
     local = concat(outputs)
-    if strategy.collective.world_size > 1:  # one all-gather across processes
+    if strategy.collective.distributed:  # one all-gather across processes
         all_sizes = strategy.collective.all_gather_json(sizes)
         gathered = strategy.gather(local, axis=0)
         local = map_structure(lambda t: interleave(t, all_sizes), gathered)

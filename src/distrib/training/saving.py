@@ -139,7 +139,7 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
         # A torch module saved to a ".keras" path (the seeds' spelling) gets distrib's directory format.
         if not overwrite:
             taken = bool(strategy.is_chief) and storage.exists(filepath)
-            if strategy.num_replicas_in_sync > 1:
+            if strategy.multi_replica:
                 taken = strategy.collective.agree_any(taken)  # the chief's answer, for every worker
             if taken:
                 raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")

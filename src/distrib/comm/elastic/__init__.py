@@ -2,12 +2,15 @@
 
 Opt-in: ``distrib launch --elastic`` sets ``DISTRIB_ELASTIC=1`` in every task
 (set it yourself under another launcher). Then every
-`MultiWorkerMirroredStrategy` task logs its collectives' results and keeps
-in-memory snapshots (every `snapshot_every` steps of a `BackupAndRestore`
-fit, each `CheckpointManager.save`); when a task dies, the others wait at the failed
+`MultiWorkerMirroredStrategy` task logs its collectives' results (a reduced
+gradient bucket without a copy) and keeps in-memory snapshots (when the chief
+asks in a step's vote, at most every `snapshot_every` steps of a
+`BackupAndRestore` fit; each `CheckpointManager.save`); when a task dies, the
+chief too (the launcher hosts the job's store), the others wait at the failed
 collective, the launcher starts only the lost task again, and that
 replacement re-executes from a survivor's snapshot with every collective
 answered from the survivor's log until it stands where the survivors wait.
+A job may run with any number of workers from one up (`Strategy.multi_replica`).
 The final weights are those of a run that never failed. A task may also
 leave a running job at an agreed step boundary (`request_leave`,
 `distrib.comm.elastic.resize`): the others go on with the same global
@@ -21,6 +24,8 @@ Example:
     False
     >>> snapshot_every({"DISTRIB_ELASTIC_SNAPSHOT_EVERY": "4"})
     4
+    >>> snapshot_every({})
+    100
 """
 from __future__ import annotations
 
@@ -42,15 +47,17 @@ def elastic_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     return env.get(ELASTIC_ENV, "").strip() == "1"
 
 
-#: Steps between the in-memory snapshots `BackupAndRestore` keeps under elastic training.
+#: The most steps between the in-memory snapshots `BackupAndRestore` keeps under elastic training.
 SNAPSHOT_EVERY_ENV = "DISTRIB_ELASTIC_SNAPSHOT_EVERY"
-#: A snapshot copies the model and optimizer state and gathers every replica's generators; a
-#: replacement replays at most this many steps minus one from the log, which holds their results.
-DEFAULT_SNAPSHOT_EVERY = 10
+#: A snapshot copies the model and optimizer state and gathers every replica's generators (one
+#: collective), so it is taken rarely; a replacement replays the steps since from the log, which holds
+#: their results. The chief asks for one sooner when the log since the last grew large
+#: (`distrib.comm.elastic.snapshot_policy`).
+DEFAULT_SNAPSHOT_EVERY = 100
 
 
 def snapshot_every(environ: Optional[Mapping[str, str]] = None) -> int:
-    """Steps between `BackupAndRestore`'s elastic snapshots (``DISTRIB_ELASTIC_SNAPSHOT_EVERY``, default 10).
+    """The most steps between `BackupAndRestore`'s elastic snapshots (``DISTRIB_ELASTIC_SNAPSHOT_EVERY``, default 100).
 
     Every task of the job must see the same value (the launcher passes its environment to all).
 

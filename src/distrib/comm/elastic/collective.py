@@ -10,8 +10,9 @@ survivors never repeat a step; the replacement re-executes from the snapshot
 with every collective answered from the log until it reaches the survivors,
 so it computes exactly what the lost task computed.
 
-Asynchronous all-reduces run synchronously here (each collective completes
-or fails before the next is issued), which is what makes the numbering exact.
+Asynchronous all-reduces (the gradient buckets) stay asynchronous
+(`distrib.comm.elastic.inflight`): they complete, and are numbered, in the
+order they were issued, and any other collective first completes them.
 
 Example (what the survivors print when worker 2 is SIGKILLed)::
 
@@ -20,6 +21,7 @@ Example (what the survivors print when worker 2 is SIGKILLed)::
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -27,12 +29,15 @@ import time
 from typing import Any, Callable, List, Optional
 
 import torch
+import torch.distributed as dist
 
 from distrib import hooks
 from distrib.comm.collective import ReduceOp
 from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
 from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
+from distrib.comm.elastic.call_site import call_site as _call_site
+from distrib.comm.elastic.inflight import InFlight
 from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
                                       join_generation, leader_of, rebuild_groups)
@@ -47,14 +52,16 @@ log = logging.getLogger("distrib.elastic")
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
 
 
-class ElasticCollective(Membership, TorchCollective):
+class ElasticCollective(Membership, InFlight, TorchCollective):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
     elastic = True
+    keeps_results = True
     log: OpLog
     _replay: Optional[Replay] = None
     _snapshot: Optional[bytes] = None
     _snapshot_listeners: Optional[List[Any]] = None
+    _snapshot_extras: Optional[List[torch.Tensor]] = None  # a replacement's: kept with the payload's snapshot
     _gen = 0
 
     @classmethod
@@ -75,11 +82,14 @@ class ElasticCollective(Membership, TorchCollective):
     # ---------------------------------------------------------- snapshots
     def add_snapshot_listener(self, listener: Any) -> None:
         """Call ``listener.before_snapshot()`` on every task before each snapshot is taken (it may run
-        collectives), and ``listener.restored()`` in a task that loaded a survivor's snapshot.
+        collectives) and keep ``listener.snapshot_extra()`` (a tensor, or None) with the snapshot; in a
+        task that loaded a survivor's snapshot, call ``listener.restored(extra)`` with the one kept
+        with it.
 
         `distrib.metrics.elastic_fold.MetricFold` is one: it moves every replica's metric sums onto
-        replica 0 before a snapshot, so the one snapshot a replacement restores holds no other
-        replica's sums, and zeros them in the replacement after the program restored its checkpoint.
+        replica 0 before a snapshot, keeps their totals with it, zeros them in a replacement of any
+        other replica and puts the totals back in a replacement of replica 0 (the chief, replaced
+        like any worker under ``distrib launch``).
         """
         if self._snapshot_listeners is None:
             self._snapshot_listeners = []
@@ -92,17 +102,26 @@ class ElasticCollective(Membership, TorchCollective):
         are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
         only if a replacement or joiner is sent it).
         """
-        for listener in self._snapshot_listeners or ():
+        self._drain()
+        if self._replay is not None and self._replay.in_startup:
+            # A replacement's start-up, right after it restored the payload's snapshot (which stays the
+            # newest): taking this one would compute it from old answers (the first fold of the metrics
+            # would zero the chief's totals); a start-up may skip collectives the log holds.
+            return
+        listeners = self._snapshot_listeners or []
+        for listener in listeners:
             listener.before_snapshot()
         data = state()
-        if self._replay is not None and self._replay.in_startup:
-            return  # a replacement's start-up computes it from old answers: the payload's snapshot stays the newest
-        self.log.keep_snapshot(data)
+        extras = [listener.snapshot_extra() for listener in listeners]
+        self.log.keep_snapshot(data, extras=[torch.zeros(0) if e is None else e for e in extras])
+        self.snapshot_kept(data)
 
     def snapshot_restored(self) -> None:
         """The program loaded the snapshot `take_snapshot` returned (see `add_snapshot_listener`)."""
-        for listener in self._snapshot_listeners or ():
-            listener.restored()
+        extras = self._snapshot_extras or []
+        for i, listener in enumerate(self._snapshot_listeners or ()):
+            extra = extras[i] if i < len(extras) and extras[i].numel() else None
+            listener.restored(extra)
 
     def take_snapshot(self) -> Optional[bytes]:
         """In a replacement, the survivor's snapshot to restore now (once); else None."""
@@ -112,6 +131,11 @@ class ElasticCollective(Membership, TorchCollective):
         return None if data is None else bytes(data)
 
     def step_boundary(self) -> None:
+        self._drain()
+        if self.log.check_handed_over():
+            log.warning("distrib: %s: the program changes reduced gradients in place (zero_grad(set_to_none=False), "
+                        "or gradients accumulated into the reduced ones): the elastic log copies them from now on",
+                        self._describe(self._rank))
         self.apply_pending_resize()
         if self._replay is not None:
             self._replay.step_started(self.log)
@@ -119,25 +143,16 @@ class ElasticCollective(Membership, TorchCollective):
 
     # -------------------------------------------------------- collectives
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
-        return self._in_place("all_reduce", tensor, lambda: TorchCollective.all_reduce(self, tensor, op))
+        return self._in_place("all_reduce", tensor, lambda t: TorchCollective.all_reduce(self, t, op))
 
     def control_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
-        return self._in_place("control_all_reduce", tensor,
-                              lambda: TorchCollective.control_all_reduce(self, tensor, op))
-
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
-        self.all_reduce(tensor, op)  # synchronous: the numbering must be exact
-        return None
-
-    def wait(self, handle: Any) -> None:
-        return None
+        return self._in_place("control_all_reduce", tensor, lambda t: TorchCollective.control_all_reduce(self, t, op))
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        return self._in_place("broadcast", tensor, lambda: TorchCollective.broadcast(self, tensor, src))
+        return self._in_place("broadcast", tensor, lambda t: TorchCollective.broadcast(self, t, src))
 
     def control_broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        return self._in_place("control_broadcast", tensor,
-                              lambda: TorchCollective.control_broadcast(self, tensor, src))
+        return self._in_place("control_broadcast", tensor, lambda t: TorchCollective.control_broadcast(self, t, src))
 
     def all_gather(self, tensor: torch.Tensor) -> List[torch.Tensor]:
         return self._op("all_gather", None, lambda: _listed(TorchCollective.all_gather(self, tensor)),
@@ -152,18 +167,24 @@ class ElasticCollective(Membership, TorchCollective):
         self._op("barrier", None, lambda: (TorchCollective.barrier(self), []), lambda outs: None)
 
     def agree_any(self, flag: bool) -> bool:
-        return bool(self.control_all_reduce(torch.tensor([1.0 if flag else 0.0]), ReduceOp.MAX).item() > 0)
+        return bool(self._agree(1.0 if flag else 0.0, torch.float32, ReduceOp.MAX) > 0)
 
     def agree_min(self, value: int) -> int:
-        return int(self.control_all_reduce(torch.tensor([float(value)], dtype=torch.float64), ReduceOp.MIN).item())
+        return int(self._agree(float(value), torch.float64, ReduceOp.MIN))
+
+    def _agree(self, value: float, dtype: torch.dtype, op: ReduceOp) -> float:
+        """``value`` reduced over the replicas: each attempt reduces a fresh tensor, which the log keeps."""
+        def attempt() -> Any:
+            result = TorchCollective.control_all_reduce(self, torch.tensor([value], dtype=dtype), op)
+            return result, [result]
+        return self._op("control_all_reduce", _ONE[dtype], attempt, lambda outs: outs[0]).item()
 
     # ---------------------------------------------------------- machinery
-    def _in_place(self, kind: str, tensor: torch.Tensor, run: Callable[[], torch.Tensor]) -> torch.Tensor:
-        saved = tensor.detach().clone()
+    def _in_place(self, kind: str, tensor: torch.Tensor, run_on: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """An in-place collective, run on a copy: the input stays whole for a retry, the copy is the logged result."""
 
         def attempt() -> Any:
-            tensor.copy_(saved)  # a collective that failed half-way may have written into it
-            result = run()
+            result = run_on(tensor.detach().clone())
             return result, [result]
 
         def apply(outs: List[torch.Tensor]) -> torch.Tensor:
@@ -173,7 +194,16 @@ class ElasticCollective(Membership, TorchCollective):
 
     def _op(self, kind: str, like: Optional[torch.Tensor], attempt: Callable[[], Any],
             apply: Callable[[List[torch.Tensor]], Any]) -> Any:
-        kind = f"{kind}@{_call_site()}"
+        return self._op_named(f"{kind}@{_call_site()}", like, attempt, apply)
+
+    def _op_named(self, kind: str, like: Optional[torch.Tensor], attempt: Callable[[], Any],
+                  apply: Callable[[List[torch.Tensor]], Any], own: bool = True) -> Any:
+        """Run (or, replaying, answer from the log) the collective named ``kind``; log its result.
+
+        ``own``: the outputs ``attempt`` returns are private to this call (`apply` gives the caller
+        copies), so the log keeps them as they are; else it copies them.
+        """
+        self._drain()
         if _TRACE:
             print(f"distrib elastic trace: {self._describe(self._rank)} #{self.log.seq} {kind} "
                   f"{tuple(like.shape) if like is not None else ''} replay={self._replay is not None}",
@@ -184,7 +214,7 @@ class ElasticCollective(Membership, TorchCollective):
             if replay is not None:
                 if not replay.done(seq):
                     entry = replay.take(self.log, kind, like)
-                    self.log.record(kind, entry.outputs)
+                    self.log.record(kind, entry.outputs, own=True)  # apply() copies what the caller gets
                     return apply(entry.outputs)
                 self._replay = None
             try:
@@ -192,10 +222,13 @@ class ElasticCollective(Membership, TorchCollective):
             except DistribCommError as exc:
                 if self._closed:
                     raise
-                self._recover(f"{kind} failed ({first_line(exc)})")
-                continue  # the log may answer it now (a survivor that lagged), else it runs again
-            self.log.record(kind, outputs)
-            return result
+                failure = f"{kind} failed ({first_line(exc)})"
+            else:
+                self.log.record(kind, outputs, own=own)
+                return result
+            # Recover outside the except clause: the failure's traceback holds the frames (and the process
+            # groups in them) that `_close_groups` must let go of.
+            self._recover(failure)  # then the log may answer it (a survivor that lagged), else it runs again
 
     def _translate(self, op: str, exc: BaseException) -> DistribCommError:
         return WorkerLostError(f"{op} on {self._describe(self._rank)} failed: {first_line(exc)}")
@@ -207,6 +240,7 @@ class ElasticCollective(Membership, TorchCollective):
         deadline = start + self._timeout
         gen = self._gen
         log.warning("distrib: %s: %s; elastic recovery, generation %d", me, why, gen + 1)
+        self._close_groups()
         while True:
             gen += 1
             members = form_generation(self._store, gen, self._rank, self._world_size, self.log.seq, False,
@@ -236,6 +270,23 @@ class ElasticCollective(Membership, TorchCollective):
                         "replacement%s)", me, gen, time.monotonic() - start, self._describe(leader), until,
                         joining, "" if joining == 1 else "s")
             return
+
+    def _close_groups(self) -> None:
+        """Close this task's process groups now, before the generation forms.
+
+        A survivor whose neighbours in the ring are alive does not see the loss: it waits in its
+        collective for data from a survivor that stopped sending. Closing the groups (every
+        reference dropped, so gloo closes its connections) fails that wait at once, and that
+        survivor enters recovery in turn, and so on around the ring: without it, a job of more
+        than three workers waited out the collective timeout.
+        """
+        self._group = self._control = None
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # a group whose peer died may refuse a clean shutdown; it is dropped anyway
+            pass
+        gc.collect()
 
     @classmethod
     def _join(cls, resolver: Any, options: Any, device: torch.device, world: int) -> "ElasticCollective":
@@ -286,30 +337,8 @@ class ElasticCollective(Membership, TorchCollective):
         return collective
 
 
-_HERE = tuple(os.path.join("distrib", "comm", *parts) for parts in (("elastic", "collective.py"), ("collective.py",),
-                                                                    ("elastic", "membership.py"),
-                                                                    ("elastic", "resize.py")))
-
-
-_FORK_SERVER = os.path.join("distrib", "process", "fork_server.py")
-
-
-def _call_site(depth: int = 4) -> str:
-    """Where the program issued this collective: the first ``depth`` frames outside the collectives.
-
-    A replacement replays the same code, so an entry's site tells the
-    collective it belongs to apart from another of the same shape.
-    """
-    frame = sys._getframe(2)
-    parts: List[str] = []
-    while frame is not None and len(parts) < depth:
-        name = frame.f_code.co_filename
-        if name.endswith(_FORK_SERVER):
-            break  # a task forked by `distrib launch`: the frames from here out are not the program's
-        if not name.endswith(_HERE):
-            parts.append(f"{os.path.basename(name)}:{frame.f_code.co_name}:{frame.f_lineno}")
-        frame = frame.f_back
-    return "<".join(parts)
+#: What an agreement's tensor looks like (a replay checks the logged result against it).
+_ONE = {torch.float32: torch.zeros(1, dtype=torch.float32), torch.float64: torch.zeros(1, dtype=torch.float64)}
 
 
 def _listed(outs: List[torch.Tensor]) -> Any:

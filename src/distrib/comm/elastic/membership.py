@@ -1,8 +1,11 @@
 """`Membership`: the part of `ElasticCollective` that changes who is in a running job.
 
-At each step's end (`step_end`, called by ``strategy.run``) the members vote
-once (`distrib.comm.elastic.resize.membership_votes`): who leaves, and which
-waiting joiners the chief admits. Nothing changes until the next step reads
+At each step's end (`step_end`, called by ``strategy.run``) the members have
+voted once (`distrib.comm.elastic.resize.vote_entries`): who leaves, which
+waiting joiners the chief admits, whether to keep a snapshot. The vote rides
+in the step's last gradient bucket (a `distrib.comm.step_flag.StepRider`), so
+it costs no message of its own; a step without a gradient reduction votes with
+one small all-reduce. Nothing changes until the next step reads
 its input or starts (`apply_pending_resize`), so the program's own use of the
 step's results still has every replica. Then leavers exit with status 0, and
 the others (with any joiners) build the next generation's process groups,
@@ -34,9 +37,12 @@ from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
 from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
 from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, broadcast_payload, rebuild_groups
-from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, membership_votes, next_members,
-                                         post_join_request, wait_for_admission, waiting_joiners)
+from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, next_members, post_join_request,
+                                         read_vote, vote_entries, wait_for_admission, waiting_joiners)
 from distrib.comm.health import HealthMonitor
+from distrib.comm.elastic import snapshot_every
+from distrib.comm.elastic.snapshot_policy import SnapshotPolicy
+from distrib.comm.step_flag import StepFlag, StepRider
 from distrib.process.task_env import LEFT_DIR_ENV
 
 __all__ = ["Membership", "LEFT_DIR_ENV", "open_job_store"]
@@ -54,16 +60,64 @@ class Membership:
     _pending: Optional[tuple] = None  # (leave, join) agreed at the last step's end, applied before the next
     _snapshot_wanted: bool = False  # the last vote asked for a snapshot
     _joined_late: bool = False  # a joiner (not a replacement): its replayed steps were not its own
-    _admitted: Optional[Dict[int, int]] = None  # the chief: each task's last admitted request number
     _describe_task: Optional[Callable[[int], str]] = None  # names by task, once ranks were renumbered
+    _step_flag: Optional[StepFlag] = None
+    _vote_rider: Optional[StepRider] = None  # the vote's entries in the step's last gradient bucket
+    _snapshot_policy: Optional[SnapshotPolicy] = None  # the chief's: when to ask for a snapshot
 
     # ------------------------------------------------------------ the vote
+    @property
+    def step_flag(self) -> StepFlag:
+        """The step's flag, which also carries this job's membership vote (`StepRider`)."""
+        if self._step_flag is None:
+            flag = StepFlag()
+            self._vote_rider = StepRider(self._vote_width(), self._vote_entries)
+            flag.add_rider(self._vote_rider)
+            self._step_flag = flag
+        return self._step_flag
+
+    def _vote_width(self) -> int:
+        return (self._max_world or self._world_size) + 1
+
+    def _vote_entries(self) -> Optional[torch.Tensor]:
+        """This rank's entries of the step's vote (`distrib.comm.elastic.resize.vote_entries`); None when
+        they are all zero (the usual step: nobody leaves, joins or asks for a snapshot)."""
+        chief = self._rank == 0
+        admit_now = self._joiners_to_admit() if chief else []
+        snapshot = chief and self._wants_snapshot()
+        if not (admit_now or snapshot or (not chief and leave_requested())):
+            return None
+        return vote_entries(self._task_rank(self._rank), self._vote_width() - 1, admit=admit_now, snapshot=snapshot)
+
+    def _wants_snapshot(self) -> bool:
+        """The chief's wish for a snapshot after this step (`distrib.comm.elastic.snapshot_policy`)."""
+        if self._snapshot_policy is None:
+            self._snapshot_policy = SnapshotPolicy(snapshot_every(), self._waiting)
+        return self._snapshot_policy.wants(self.log)
+
+    def snapshot_kept(self, data: Any) -> None:
+        """A snapshot was kept (every task): the chief's policy notes its size."""
+        if self._snapshot_policy is not None:
+            self._snapshot_policy.kept(data)
+
     def step_end(self) -> None:
-        """Agree who leaves and who joins after this step (one small all-reduce)."""
-        admit_now = self._joiners_to_admit() if self._rank == 0 else []
-        leave, join, self._snapshot_wanted = membership_votes(
-            lambda t: self.control_all_reduce(t, ReduceOp.SUM), self._task_rank(self._rank),
-            self._max_world or self._world_size, admit=admit_now, snapshot=self._rank == 0 and not self.log.snapshots)
+        """Agree who leaves and who joins after this step.
+
+        The vote rides in the step's last gradient bucket (`StepRider`); a step that reduced no
+        gradient (evaluation) votes with one small all-reduce of its own. Every replica (a
+        replaying one too) runs the same reductions, so all take the same path.
+        """
+        rider = self._vote_rider if self._step_flag is not None else None
+        summed = rider.take() if rider is not None else None
+        if summed is None:
+            entries = self._vote_entries()
+            if entries is None:
+                entries = torch.zeros(self._vote_width(), dtype=torch.float64)
+            summed = self.control_all_reduce(entries, ReduceOp.SUM).tolist()
+        if not any(summed):  # the usual step: nothing changes
+            self._snapshot_wanted = False
+            return
+        leave, join, self._snapshot_wanted = read_vote(summed, self._vote_width() - 1)
         if self._rank == 0 and leave_requested() and not self._chief_refused:
             self._chief_refused = True
             log.warning("distrib: %s is the chief (it hosts the job's store) and cannot leave a running job; "
@@ -91,13 +145,13 @@ class Membership:
         return self._waiting()
 
     def _waiting(self) -> List[int]:
+        if self._world_size >= self._max_world:
+            return []  # every task of the cluster is a member
         members = {self._task_rank(r) for r in range(self._world_size)}
         absent = [t for t in range(1, self._max_world) if t not in members]
         if not absent:
             return []
-        if self._admitted is None:
-            self._admitted = {}
-        return waiting_joiners(self._store, absent, self._admitted)
+        return waiting_joiners(self._store, absent)
 
     def joiners_waiting(self) -> List[int]:
         """On the chief: the tasks asking to join, to be admitted at a coming step's end (reads the store)."""
@@ -124,6 +178,7 @@ class Membership:
 
     # ------------------------------------------------------------ changing
     def _resize(self, leave: List[int], join: List[int]) -> None:
+        self._drain()  # type: ignore[attr-defined]
         me = self._describe(self._rank)
         old = [self._task_rank(r) for r in range(self._world_size)]
         if leave:
@@ -140,10 +195,8 @@ class Membership:
         gen = self._gen + 1
         rank = tasks.index(self._task_rank(self._rank))
         if rank == 0:
-            assert self._admitted is not None or not join
             for t in join:
-                self._admitted[t] = self._admitted.get(t, 0) + 1
-                admit(self._store, t, self._admitted[t], gen, tasks)
+                admit(self._store, t, gen, tasks)
         self._group, self._control = rebuild_groups(self._store, gen, rank, len(tasks), self.backend,
                                                     self._timeout)
         if join:  # the chief sends the joiners its newest snapshot and the log since (the members ignore it)
@@ -156,10 +209,12 @@ class Membership:
         self._set_members(tasks, rank, gen, task_describe)
         self.log.forget_before_resize()
         names = [f"{task_describe(t)} left" for t in leave] + [f"{task_describe(t)} joined" for t in join]
-        counted = "replicas" if any(") replica " in name for name in names) else "workers"  # local replicas
-        log.warning("distrib: %s: %s; the job goes on with %d %s (was %d) from the next step (generation "
-                    "%d formed in %.2fs; now replica %d; each global batch is split %d ways)", me, ", ".join(names),
-                    len(tasks), counted, len(old), gen, time.monotonic() - start, rank, len(tasks))
+        counted = "replica" if any(") replica " in name for name in names) else "worker"  # local replicas
+        split = f"split {len(tasks)} ways" if len(tasks) > 1 else "taken whole"
+        log.warning("distrib: %s: %s; the job goes on with %d %s%s (was %d) from the next step (generation "
+                    "%d formed in %.2fs; now replica %d; each global batch is %s)", me, ", ".join(names),
+                    len(tasks), counted, "" if len(tasks) == 1 else "s", len(old), gen, time.monotonic() - start,
+                    rank, split)
 
     def _task_describe(self) -> Callable[[int], str]:
         """Names by task (the resolver's), whatever the current ranks are."""
@@ -186,7 +241,9 @@ class Membership:
         self._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
                               payload["snap_seq"])
         self._snapshot = payload["snapshot"]
-        self.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"])
+        self._snapshot_extras = payload["extras"]
+        self.log.keep_snapshot(payload["snapshot"], seq=payload["snap_seq"], mark=payload["mark"],
+                               extras=payload["extras"])
 
     @classmethod
     def _grow_join(cls, resolver: Any, options: Any, device: torch.device, connect: Callable[..., Any]) -> Any:

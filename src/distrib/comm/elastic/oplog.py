@@ -15,6 +15,15 @@ An `OpLog` numbers this process's collectives (``seq``) and keeps:
   format), each with the ``seq`` it was taken at and the ``seq`` of the first
   step that started after it (its *mark*).
 
+A result is copied when logged, except one *handed over* by its owner (the
+gradient synchronizer's reduced bucket, `record` with ``handed_over``): the
+log keeps that tensor itself and the owner reduces its next bucket into
+another buffer while the log holds it (`holds`). A program that changes such
+a result in place afterwards (``zero_grad(set_to_none=False)``, accumulating
+into the reduced gradients) is noticed by the tensor's version counter
+(`check_handed_over`): that entry is marked spoilt and every later result is
+copied.
+
 Example (a replacement restored from the snapshot taken at seq 40, whose mark
 is 42; the leader failed at seq 57)::
 
@@ -25,7 +34,7 @@ is 42; the leader failed at seq 57)::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -41,13 +50,25 @@ class ReplayMismatchError(DistribError, RuntimeError):
     """A replaying replica issued a collective the survivors' log does not hold at that point."""
 
 
-@dataclass
 class Entry:
-    """One collective's result: its kind (``"all_reduce"``, ``"control_all_gather"``, ...) and outputs."""
+    """One collective's result: its kind (``"all_reduce"``, ``"control_all_gather"``, ...) and outputs.
 
-    seq: int
-    kind: str
-    outputs: List[torch.Tensor]
+    ``versions``: the outputs' version counters when a handed-over result was logged (None: a copy);
+    ``spoilt``: the program changed a handed-over result in place, so this entry cannot be replayed.
+    """
+
+    __slots__ = ("seq", "kind", "outputs", "versions", "spoilt")
+
+    def __init__(self, seq: int, kind: str, outputs: List[torch.Tensor], versions: Optional[List[int]] = None,
+                 spoilt: bool = False) -> None:
+        self.seq = seq
+        self.kind = kind
+        self.outputs = outputs
+        self.versions = versions
+        self.spoilt = spoilt
+
+    def __repr__(self) -> str:
+        return f"Entry(seq={self.seq}, kind={self.kind!r}, outputs={len(self.outputs)})"
 
 
 @dataclass
@@ -55,12 +76,14 @@ class Snapshot:
     """A checkpoint state kept in memory: taken at ``seq``; ``mark`` is the seq of the next step.
 
     ``data`` is the state's bytes, or an object that gives them with ``bytes(data)`` when asked
-    (serialised only if the snapshot is ever sent).
+    (serialised only if the snapshot is ever sent). ``extras``: one tensor per snapshot listener,
+    what it keeps beside the checkpoint (the metric sums folded onto replica 0), sent with it.
     """
 
     seq: int
     data: Any
     mark: Optional[int] = None
+    extras: List[torch.Tensor] = field(default_factory=list)
 
 
 class OpLog:
@@ -73,28 +96,98 @@ class OpLog:
         self.startup: List[Entry] = []
         self.entries: List[Entry] = []
         self.snapshots: List[Snapshot] = []
+        #: Bytes of results logged since the newest snapshot (the chief's snapshot policy reads it).
+        self.bytes_since_snapshot = 0
+        #: Steps started since the newest snapshot.
+        self.steps_since_snapshot = 0
+        #: Copy every result, handed over or not (the program changed a handed-over one in place).
+        self.copy_all = False
+        self._held: Dict[int, Entry] = {}  # id(tensor) -> the entry that holds a handed-over result
+        self._unverified: List[List[Any]] = []  # [entry, step boundaries seen] of handed-over results
+        self._spoilt = False  # an entry in `entries` is spoilt
 
-    def record(self, kind: str, outputs: List[torch.Tensor]) -> None:
-        """Log the result of collective ``seq`` (the outputs are copied) and advance ``seq``."""
-        entry = Entry(self.seq, kind, [t.detach().clone() for t in outputs])
+    def record(self, kind: str, outputs: List[torch.Tensor], handed_over: bool = False, own: bool = False) -> None:
+        """Log the result of collective ``seq`` and advance ``seq``.
+
+        The outputs are copied, unless ``own`` (nobody else holds them) or ``handed_over`` (their
+        owner writes into them no more while `holds` says so; see the module docstring).
+        """
+        if own:
+            entry = Entry(self.seq, kind, outputs)
+        elif handed_over and not self.copy_all and self.first_mark is not None:
+            entry = Entry(self.seq, kind, list(outputs), [t._version for t in outputs])
+            self._held[id(outputs[0])] = entry
+            self._unverified.append([entry, 0])
+        else:
+            entry = Entry(self.seq, kind, [t.detach().clone() for t in outputs])
         (self.startup if self.first_mark is None else self.entries).append(entry)
+        for t in entry.outputs:
+            self.bytes_since_snapshot += t.nbytes
         self.seq += 1
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is a handed-over result the log still keeps (its owner must not write it)."""
+        return id(tensor) in self._held
+
+    def check_handed_over(self) -> bool:
+        """At a step boundary: were handed-over results changed in place since they were logged?
+
+        A reduced bucket can be changed by the program until the step after the one that reduced
+        it has reduced its own (then nothing points into it any more), so each result is checked
+        at two boundaries. The first time one changed, it is marked spoilt, the others still
+        watched are copied, and from then on every result is copied; returns True then.
+        """
+        if not self._unverified:
+            return False
+        spoilt = False
+        watched = []
+        for item in self._unverified:
+            entry, seen = item
+            if any(t._version != v for t, v in zip(entry.outputs, entry.versions or ())):
+                entry.spoilt = spoilt = True
+            elif seen < 1:
+                item[1] = seen + 1
+                watched.append(item)
+        self._unverified = watched
+        if not spoilt:
+            return False
+        self.copy_all = self._spoilt = True
+        for entry, _ in self._unverified:
+            entry.outputs, entry.versions = [t.detach().clone() for t in entry.outputs], None
+        self._unverified = []
+        self._held = {}
+        return True
+
+    def has_spoilt(self) -> bool:
+        """Whether an entry the log still keeps cannot be replayed (a snapshot after it would cover it)."""
+        return self._spoilt
 
     def mark_step(self) -> None:
         """A step starts now: the first one ends the startup log; open snapshots get their mark."""
         if self.first_mark is None:
             self.first_mark = self.seq
         self.step_start = self.seq
+        self.steps_since_snapshot += 1
         for snap in self.snapshots:
             if snap.mark is None:
                 snap.mark = self.seq
 
-    def keep_snapshot(self, data: Any, seq: Optional[int] = None, mark: Optional[int] = None) -> None:
+    def keep_snapshot(self, data: Any, seq: Optional[int] = None, mark: Optional[int] = None,
+                      extras: Optional[List[torch.Tensor]] = None) -> None:
         """Keep ``data`` as the newest snapshot; drop what the oldest kept one no longer needs."""
-        self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark))
+        self.snapshots.append(Snapshot(self.seq if seq is None else seq, data, mark, list(extras or [])))
         del self.snapshots[:-_KEEP_SNAPSHOTS]
         oldest = self.snapshots[0].seq
-        self.entries = [e for e in self.entries if e.seq >= oldest]
+        self._keep_entries([e for e in self.entries if e.seq >= oldest])
+        self.bytes_since_snapshot = self.steps_since_snapshot = 0
+
+    def _keep_entries(self, entries: List[Entry]) -> None:
+        self.entries = entries
+        self._spoilt = self._spoilt and any(e.spoilt for e in entries)
+        if self._held:
+            self._held = {id(e.outputs[0]): e for e in entries if e.versions is not None}
+            # a dropped result's buffer goes back to its owner, who writes into it again
+            self._unverified = [item for item in self._unverified if id(item[0].outputs[0]) in self._held]
 
     def close_snapshots(self) -> None:
         """The job changes size at this step boundary: the snapshots without a mark get this seq as theirs."""
@@ -105,7 +198,7 @@ class OpLog:
     def forget_before_resize(self) -> None:
         """The job changed size: no snapshot or result from before can restore a replica of the new one."""
         self.snapshots = []
-        self.entries = []
+        self._keep_entries([])
 
     def catch_up_snapshot(self, until: int) -> Optional[Snapshot]:
         """The newest snapshot a replacement can restore and replay to ``until`` from (its mark <= ``until``)."""
@@ -246,8 +339,15 @@ def encode_payload(log: OpLog, until: int, since: int, replace: bool) -> bytes:
         else:
             since = min(since, snap.seq)
             header.update(mark=snap.mark, snap_seq=snap.seq, snapshot=writer.add(bytes(snap.data)),
-                          startup=writer.entries(log.startup))
-    header["entries"] = writer.entries(log.entries_between(since, until))
+                          startup=writer.entries(log.startup), extras=writer.entries([Entry(0, "extras", snap.extras)]))
+    entries = log.entries_between(since, until)
+    if any(e.spoilt for e in entries) and header["error"] is None:
+        header.update(error=("the program changed reduced gradients in place (zero_grad(set_to_none=False) or "
+                             "accumulating into them) since the newest in-memory snapshot, so its steps cannot be "
+                             "replayed (from the next snapshot on they can)"), mark=None, snap_seq=None, snapshot=None,
+                      startup=[])
+        entries = []
+    header["entries"] = writer.entries(entries)
     head = json.dumps(header).encode()
     return _MAGIC + len(head).to_bytes(8, "big") + head + b"".join(writer.parts)
 
@@ -271,7 +371,8 @@ def decode_payload(data: bytes) -> Dict[str, Any]:
                 "snap_seq": None if header.get("snap_seq") is None else _int(header["snap_seq"]),
                 "snapshot": b"" if snapshot is None else bytes(_span(blob, snapshot)),
                 "startup": _read_entries(header.get("startup"), blob),
-                "entries": _read_entries(header.get("entries"), blob)}
+                "entries": _read_entries(header.get("entries"), blob),
+                "extras": [t for e in _read_entries(header.get("extras", []), blob) for t in e.outputs]}
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
         raise ReplayMismatchError(f"elastic recovery payload is malformed: {exc}") from None
 

@@ -49,7 +49,8 @@ from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
 from distrib.process.task_env import GROW_ENV, START_ENV
 
-__all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "next_members", "changes_to_make",
+__all__ = ["request_leave", "leave_requested", "leave_on_signal", "Vote", "membership_votes", "vote_entries",
+           "read_vote", "next_members", "changes_to_make",
            "post_join_request", "waiting_joiners", "admit", "wait_for_admission", "starting_tasks", "whole_number_env",
            "GROW_ENV",
            "START_ENV"]
@@ -61,23 +62,25 @@ _LEAVE = threading.Event()
 def starting_tasks(cluster_size: int, environ: Optional[Dict[str, str]] = None) -> Optional[int]:
     """How many tasks start the job (``START_ENV``), or None when all ``cluster_size`` of them do.
 
-    Example (``distrib launch --workers 2:4``: workers 2 and 3 join the running job):
-        >>> starting_tasks(4, {"DISTRIB_ELASTIC_START_WORKERS": "2"})
-        2
+    One is enough: an elastic job takes the multi-replica path from one worker on
+    (`distrib.strategies.interface.Strategy.multi_replica`), so a worker that joins replays its steps.
+
+    Example (``distrib launch --workers 1:4``: workers 1 to 3 join the running job):
+        >>> starting_tasks(4, {"DISTRIB_ELASTIC_START_WORKERS": "1"})
+        1
         >>> starting_tasks(4, {}) is None
         True
 
     Raises:
-        DistribCommError: not a whole number from 2 to ``cluster_size`` (a one-worker job skips
-            the collectives a two-worker one runs, so a joiner could not replay its steps).
+        DistribCommError: not a whole number from 1 to ``cluster_size``.
     """
     read = whole_number_env(START_ENV, environ)
     if read is None:
         return None
     count, raw = read
-    if not 2 <= count <= cluster_size:
+    if not 1 <= count <= cluster_size:
         raise DistribCommError(f"{START_ENV}={raw!r}: the number of workers that start an elastic job must be "
-                               f"a whole number from 2 to the cluster's {cluster_size} workers")
+                               f"a whole number from 1 to the cluster's {cluster_size} workers")
     return None if count == cluster_size else count
 
 
@@ -134,16 +137,23 @@ class Vote(NamedTuple):
 
 def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: int, tasks: int,
                      wants: Optional[bool] = None, admit: Sequence[int] = (), snapshot: bool = False) -> Vote:
-    """The `Vote` after this step, the same on every rank (one all-reduce).
+    """The `Vote` after this step, the same on every rank (one all-reduce of `vote_entries`).
 
     One entry per task of the cluster (``tasks``, its size at the start, the
     most workers it can have): a task that wants to leave adds 1 at its own
     entry (the chief, ``task`` 0, never does); the chief adds -1 at each
     task it admits (``admit``: joiners waiting in the store). A last entry
-    carries the chief's ``snapshot`` wish (it holds no snapshot since the job
-    changed size), which `BackupAndRestore` follows on every rank: a replica
-    that replays this step reads the same answer from the log.
+    carries the chief's ``snapshot`` wish (it holds no snapshot since the
+    job changed size, a joiner waits, or it is time for one), which
+    `BackupAndRestore` follows on every rank: a replica that replays this
+    step reads the same answer from the log.
     """
+    return read_vote(all_reduce(vote_entries(task, tasks, wants, admit, snapshot)).tolist(), tasks)
+
+
+def vote_entries(task: int, tasks: int, wants: Optional[bool] = None, admit: Sequence[int] = (),
+                 snapshot: bool = False) -> torch.Tensor:
+    """This rank's ``tasks + 1`` entries of the vote (see `membership_votes`)."""
     flags = torch.zeros(tasks + 1, dtype=torch.float64)
     if (leave_requested() if wants is None else wants) and task != 0:
         flags[task] = 1.0
@@ -151,8 +161,17 @@ def membership_votes(all_reduce: Callable[[torch.Tensor], torch.Tensor], task: i
         flags[t] = -1.0
     if snapshot and task == 0:
         flags[tasks] = 1.0
-    summed = all_reduce(flags).tolist()
-    votes = summed[:tasks]
+    return flags
+
+
+def read_vote(summed: Sequence[float], tasks: int) -> Vote:
+    """The `Vote` the summed entries of every rank say.
+
+    Example (3 tasks; worker 2 asks to leave, the chief admits worker 1 and wants a snapshot):
+        >>> read_vote([0.0, -1.0, 1.0, 1.0], 3)
+        Vote(leave=[2], join=[1], snapshot=True)
+    """
+    votes = list(summed[:tasks])
     return Vote([t for t, v in enumerate(votes) if v > 0], [t for t, v in enumerate(votes) if v < 0],
                 summed[tasks] > 0)
 
@@ -202,15 +221,26 @@ def post_join_request(store: Any, task: int) -> int:
     return n
 
 
-def waiting_joiners(store: Any, absent: Sequence[int], admitted: Dict[int, int]) -> List[int]:
-    """The absent tasks with a join request not admitted yet (the chief asks, once per step)."""
+def waiting_joiners(store: Any, absent: Sequence[int]) -> List[int]:
+    """The absent tasks whose newest join request is not admitted yet (the chief asks, at a step's end).
+
+    Read from the store alone, so a chief that was replaced (and knows nothing of the requests its
+    predecessor admitted) reaches the same answer.
+    """
     es = _es(store)
-    return [t for t in absent if es.check([f"grow/request/{t}/{admitted.get(t, 0) + 1}"])]
+    waiting = []
+    for t in absent:
+        n = int(es.add(f"grow/count/{t}", 0))
+        if n and es.check([f"grow/request/{t}/{n}"]) and not es.check([f"grow/admit/{t}/{n}"]):
+            waiting.append(t)
+    return waiting
 
 
-def admit(store: Any, task: int, number: int, gen: int, members: Sequence[int]) -> None:
-    """The chief tells joiner ``task`` (request ``number``) which generation it joins and its members."""
-    _es(store).set(f"grow/admit/{task}/{number}", json.dumps({"gen": int(gen), "tasks": [int(t) for t in members]}))
+def admit(store: Any, task: int, gen: int, members: Sequence[int]) -> None:
+    """The chief tells joiner ``task`` (its newest request) which generation it joins and its members."""
+    es = _es(store)
+    n = int(es.add(f"grow/count/{task}", 0))
+    es.set(f"grow/admit/{task}/{n}", json.dumps({"gen": int(gen), "tasks": [int(t) for t in members]}))
 
 
 def wait_for_admission(store: Any, task: int, number: int, deadline: float,
