@@ -10,7 +10,6 @@ while it catches up -- each ends recovered with the same weights, never in a han
 The chief is replaced like any worker (the launcher hosts the job's store).
 """
 import json
-import os
 import random
 
 import pytest

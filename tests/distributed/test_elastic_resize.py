@@ -12,7 +12,6 @@ linear layer before the BatchNorm has no bias: its gradient is zero up to
 rounding, and Adam would turn that rounding noise into full-size steps.)
 """
 import json
-import os
 
 import pytest
 import torch

@@ -1,5 +1,4 @@
 """In a parameter-server job a lost worker does not end the job: the chief re-schedules its work."""
-import os
 
 from distrib.launch import launch
 

@@ -1,5 +1,4 @@
 """MultiWorkerMirroredStrategy across real worker processes on 127.0.0.1."""
-import math
 
 import pytest
 import torch

@@ -1,5 +1,4 @@
 """distrib.plot (PNG curves from a History or TensorBoard logs) and the TensorBoard callback's extras."""
-import json
 import subprocess
 import sys
 

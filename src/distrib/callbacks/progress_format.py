@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Iterator, List, Mapping, Optional
 
 __all__ = ["format_count", "format_step_time", "format_eta", "format_value", "format_logs",
            "format_bar", "fit_line", "BAR_WIDTH"]

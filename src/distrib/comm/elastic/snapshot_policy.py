@@ -21,7 +21,7 @@ Example (a 2.8M-parameter CNN with Adam: a 33 MB snapshot, 11 MB of gradients a 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 __all__ = ["SnapshotPolicy", "LOG_FLOOR_BYTES"]
 
