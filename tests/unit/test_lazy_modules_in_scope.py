@@ -29,6 +29,8 @@ class _Sync:
 
 class _RecordingCollective:
     world_size = 2
+    distributed = True
+    elastic = False
 
     def __init__(self):
         self.broadcasts = []
@@ -47,6 +49,7 @@ class _Owner:
         self.collective = _RecordingCollective()
         self.communication_options = CommunicationOptions()
         self.num_replicas_in_sync, self.replica_id = 2, 1
+        self.multi_replica = True
         self.sync = _Sync()
 
     def _gradient_synchronizer(self):
