@@ -113,7 +113,7 @@ def keyed_bits(shape: Sequence[int], first_row: int, key: Tuple[int, int], salt:
     Element ``j`` of global row ``i`` hashes its global index ``i * per_row + j``
     (``per_row = prod(shape[1:])``) with ``key`` (and ``salt``), so a row's
     values do not depend on which rows are hashed with it. `keyed_keep_mask`
-    thresholds them; `keras_global_layers` makes uniform and normal draws of them.
+    thresholds them; `keras_random` makes uniform and normal draws of them.
 
     Args:
         shape: the result's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
