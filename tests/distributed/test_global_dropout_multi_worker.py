@@ -97,11 +97,11 @@ def model_fit():
 
 def attention_loop():
     """A TransformerEncoderLayer (dropout in its attention, ``need_weights=False``) trained in a custom loop."""
-    from distrib.strategies import global_attention
+    from distrib.strategies import global_dropout
 
     calls = []
-    keyed = global_attention._keyed_attention
-    global_attention._keyed_attention = lambda *a, **k: calls.append(1) or keyed(*a, **k)
+    keyed = global_dropout._keyed_attention
+    global_dropout._keyed_attention = lambda *a, **k: calls.append(1) or keyed(*a, **k)
     strategy = distrib.MultiWorkerMirroredStrategy()
     x, y = _data()
     with strategy.scope():

@@ -14,7 +14,7 @@ import torch.utils.checkpoint
 
 from distrib.data import batch_position
 from distrib.data.batch_position import RowPosition
-from distrib.strategies import context, global_attention, global_dropout
+from distrib.strategies import context, global_dropout
 from test_global_dropout import _as_replicas, _Owner
 
 #: torch's function as torch defines it (``F.scaled_dot_product_attention`` is this object until distrib replaces it).
@@ -181,7 +181,7 @@ def test_torchs_attention_layers_in_training_split_any_way_alike(kind, parts):
 
 def test_mha_attention_goes_through_the_keyed_attention_only_without_its_weights(monkeypatch):
     calls = {"attention": 0, "dropout ranks": []}
-    keyed_attention, keyed_dropout = global_attention._keyed_attention, global_dropout._keyed_dropout
+    keyed_attention, keyed_dropout = global_dropout._keyed_attention, global_dropout._keyed_dropout
 
     def count_attention(*args, **kwargs):
         calls["attention"] += 1
@@ -190,7 +190,7 @@ def test_mha_attention_goes_through_the_keyed_attention_only_without_its_weights
     def count_dropout(x, *args, **kwargs):
         calls["dropout ranks"].append(x.dim())
         return keyed_dropout(x, *args, **kwargs)
-    monkeypatch.setattr(global_attention, "_keyed_attention", count_attention)
+    monkeypatch.setattr(global_dropout, "_keyed_attention", count_attention)
     monkeypatch.setattr(global_dropout, "_keyed_dropout", count_dropout)
     mha = torch.nn.MultiheadAttention(8, 2, dropout=P, batch_first=True).train()
     x = torch.randn(4, 5, 8)
@@ -205,7 +205,7 @@ def test_mha_attention_goes_through_the_keyed_attention_only_without_its_weights
 def test_a_zero_rate_and_evaluation_run_torchs_own_function_bit_for_bit(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the keyed attention ran")
-    monkeypatch.setattr(global_attention, "_keyed_attention", refuse)
+    monkeypatch.setattr(global_dropout, "_keyed_attention", refuse)
     q, k, v = (torch.randn(3, 2, 4, 8) for _ in range(3))
     x, padding = _batch(3)
     x = x.detach().float()

@@ -35,8 +35,16 @@ calls ``torch.nn.functional.dropout`` on the torch backend, so it is covered
 too.
 
 ``torch.nn.functional.scaled_dot_product_attention`` with ``dropout_p > 0`` in
-a multi-replica step drops its weights by the example's row too
-(`distrib.strategies.global_attention`).
+a multi-replica step (``MultiheadAttention(need_weights=False)``,
+``TransformerEncoderLayer`` and ``TransformerDecoderLayer`` in training) would
+draw its mask inside a fused kernel; there it computes the attention with
+torch's math formula instead (`_keyed_attention`: ``attn_mask``, ``is_causal``,
+``scale`` and ``enable_gqa`` as torch defines them, arguments checked by
+torch) and drops the weights ``(N, ..., L, S)`` with the mask of each
+example's row ``N``. The cost: the full ``L x S`` weights of every head are
+held (the fused kernels hold none), and the mask is hashed per element. With
+``dropout_p == 0`` (evaluation) or outside such a step, torch's function runs,
+fused kernels and all.
 
 When the batch's global place is unknown (a per-worker input: FILE sharding,
 a dataset function; an input not from a distributed dataset) the key is also
@@ -53,15 +61,17 @@ same mask in both jobs:
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import types
-from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import torch
 
 from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies import context
+from distrib.strategies.keyed_hash import alpha_dropout_with, keyed_bits, keyed_keep_mask, mix32
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -71,88 +81,11 @@ __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_
            "stepping_strategy", "replica_id_of"]
 
 _MARK = "_distrib_global_batch_dropout"
-_M32 = 0xFFFFFFFF
-# Odd multipliers below 2**31 (the "lowbias32" hash's, top bit cleared): a product with a 32-bit
-# value stays below 2**63, so int64 arithmetic never overflows, on any device.
-_C1, _C2 = 0x7FEB352D, 0x046CA68B
+#: torch 2.5 added ``enable_gqa`` to ``scaled_dot_product_attention``.
+_TORCH_HAS_GQA = torch.__version__ >= "2.5"
 
 #: Channel dropout: the input's batched rank; the mask covers (rows, channels).
 _CHANNEL_RANK = {torch.nn.Dropout1d: 3, torch.nn.Dropout2d: 4, torch.nn.Dropout3d: 5}
-
-
-def mix32(x: int) -> int:
-    """`_mix32_` on one 32-bit value (a Python int): for keys made of other keys (Keras's seeds).
-
-    Example:
-        >>> mix32(0) == 0 and mix32(1) != 1
-        True
-    """
-    x ^= x >> 16
-    x = (x * _C1) & _M32
-    x ^= x >> 15
-    x = (x * _C2) & _M32
-    return x ^ (x >> 16)
-
-
-def _mix32_(x: torch.Tensor) -> torch.Tensor:
-    """A bijection of 32-bit values (held in int64) that spreads every input bit over the output; overwrites ``x``.
-
-    In place: the mask of a large attention is hashed with half the passes over memory.
-    """
-    x.bitwise_xor_(x >> 16)
-    x.mul_(_C1).bitwise_and_(_M32)
-    x.bitwise_xor_(x >> 15)
-    x.mul_(_C2).bitwise_and_(_M32)
-    return x.bitwise_xor_(x >> 16)
-
-
-def keyed_bits(shape: Sequence[int], first_row: int, key: Tuple[int, int], salt: int = 0,
-               device: Optional[torch.device] = None) -> torch.Tensor:
-    """32-bit hash values (int64) of ``shape`` (rows first) for global rows ``first_row ..``, a pure function.
-
-    Element ``j`` of global row ``i`` hashes its global index ``i * per_row + j``
-    (``per_row = prod(shape[1:])``) with ``key`` (and ``salt``), so a row's
-    values do not depend on which rows are hashed with it. `keyed_keep_mask`
-    thresholds them; `keras_random` makes uniform and normal draws of them.
-
-    Args:
-        shape: the result's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
-        first_row: the global row of the first row.
-        key: two 32-bit words (drawn once per call).
-        salt: 0 where rows are global; else a replica's own stream (replica id + 1).
-    """
-    per_row = 1
-    for d in shape[1:]:
-        per_row *= int(d)
-    rows = int(shape[0]) if len(shape) else 1
-    start = first_row * per_row
-    index = torch.arange(start, start + rows * per_row, dtype=torch.int64, device=device)
-    wide = start + rows * per_row > 2 ** 32
-    low = (index & _M32) if wide else index
-    h = _mix32_(low.bitwise_xor_(key[0]))
-    if wide:
-        h.bitwise_xor_(index >> 32)
-    h = _mix32_(h.bitwise_xor_(key[1]))
-    if salt:
-        h = _mix32_(h.bitwise_xor_(salt & _M32))
-    return h.reshape(tuple(shape))
-
-
-def keyed_keep_mask(shape: Sequence[int], first_row: int, p: float, key: Tuple[int, int], salt: int = 0,
-                    device: Optional[torch.device] = None) -> torch.Tensor:
-    """Boolean keep-mask of ``shape`` (rows first) for global rows ``first_row ..``, a pure function of its inputs.
-
-    An element is kept where its `keyed_bits` value is at least ``p * 2**32``.
-
-    Args:
-        shape: the mask's shape; ``shape[0]`` rows of ``prod(shape[1:])`` elements.
-        first_row: the global row of the mask's first row.
-        p: the probability of dropping an element.
-        key: two 32-bit words (drawn once per call).
-        salt: 0 where rows are global; else a replica's own stream (replica id + 1).
-    """
-    threshold = min(int(round(p * 2.0 ** 32)), 2 ** 32)
-    return keyed_bits(shape, first_row, key, salt=salt, device=device) >= threshold
 
 
 def uses_global_batch_dropout(module: torch.nn.Module) -> bool:
@@ -192,11 +125,9 @@ def _make_forward(strategy_of: Callable[[], Optional["Strategy"]]) -> Callable[.
 def install_functional_dropout() -> None:
     """Make ``torch.nn.functional``'s dropout functions and ``scaled_dot_product_attention`` drop by the global
     row in multi-replica steps (idempotent)."""
-    from distrib.strategies.global_attention import attention_maker  # it builds on this module
-
     for name, make in _FUNCTIONAL_MAKERS.items():
         hooks.functional_override(name, make)
-    hooks.functional_override("scaled_dot_product_attention", attention_maker)
+    hooks.functional_override("scaled_dot_product_attention", _attention_maker)
 
 
 def _functional_maker(rank: Optional[int]) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
@@ -278,30 +209,6 @@ def _keyed_dropout(x: torch.Tensor, p: float, inplace: bool, channels: bool, rep
     return x.mul_(scale) if inplace else x * scale
 
 
-#: SELU's ``scale * alpha``: where alpha dropout sends a dropped unit (before its affine correction).
-_SELU_ALPHA = 1.7580993408473766
-
-
-def alpha_dropout_with(x: torch.Tensor, keep: torch.Tensor, p: float, inplace: bool = False) -> torch.Tensor:
-    """torch's alpha dropout of ``x`` with the keep-mask ``keep`` (broadcast to ``x``), operation for operation.
-
-    A kept unit becomes ``a·x + α·a·p`` and a dropped one ``α·a·(p - 1)``, with
-    ``α`` SELU's ``scale·alpha`` and ``a = ((α²·p + 1)(1 - p))^-1/2``, so a
-    SELU network's mean and variance are kept. The same operations in the same
-    order as torch's, so the same mask gives the same bits.
-
-    Example (p = 0.5; a kept 1.0 and a dropped unit):
-        >>> y = alpha_dropout_with(torch.tensor([1.0, 1.0]), torch.tensor([True, False]), 0.5)
-        >>> [round(v, 4) for v in y.tolist()]
-        [1.3447, -0.7785]
-    """
-    a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))
-    noise = keep.to(x.dtype)
-    shift = noise.add(-1).mul_(_SELU_ALPHA * a).add_(_SELU_ALPHA * a * p)
-    noise.mul_(a)
-    return (x.mul_(noise) if inplace else x * noise).add_(shift)
-
-
 _placed: "collections.OrderedDict[Tuple[int, int, int], Tuple[int, int]]" = collections.OrderedDict()
 _PLACED_KEPT = 4096
 
@@ -328,3 +235,150 @@ def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
         if len(_placed) > _PLACED_KEPT:
             _placed.popitem(last=False)
     return place
+
+
+# ---------------------------------------------------------------- attention
+def _attention_maker(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``scaled_dot_product_attention`` that, in a multi-replica step with ``dropout_p > 0``, drops by the row.
+
+    There it computes the attention as torch's math kernel does (`_keyed_attention`) after torch checks the
+    arguments (`_torch_validator`); everywhere else it is torch's function, fused kernels included.
+    TorchScript compiles no keyword-only arguments, so ``scale`` and ``enable_gqa`` may also come by
+    position here (torch's own takes them by keyword only). Before torch 2.5, which has no ``enable_gqa``,
+    the replacement has none either (TorchScript compiles its call of torch's function).
+    """
+    validate = _torch_validator(original)
+
+    def keyed_or_none(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      dropout_p: float, is_causal: bool, scale: Optional[float],
+                      enable_gqa: bool) -> Optional[torch.Tensor]:
+        strategy = _attention_strategy(query, key, value, attn_mask, dropout_p)
+        if strategy is None:
+            return None
+        validate(_signature(query, key, value, attn_mask), is_causal, scale, enable_gqa)
+        return _keyed_attention(query, key, value, attn_mask, float(dropout_p), is_causal, scale,
+                                enable_gqa, replica_id_of(strategy))
+
+    def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                     attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                     is_causal: bool = False, scale: Optional[float] = None,
+                                     enable_gqa: bool = False) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # TorchScript compiles torch's own function only
+            keyed = keyed_or_none(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+            if keyed is not None:
+                return keyed
+        return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    def scaled_dot_product_attention_before_gqa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                                attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                                is_causal: bool = False,
+                                                scale: Optional[float] = None) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            keyed = keyed_or_none(query, key, value, attn_mask, dropout_p, is_causal, scale, False)
+            if keyed is not None:
+                return keyed
+        return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+    chosen = scaled_dot_product_attention if _TORCH_HAS_GQA else scaled_dot_product_attention_before_gqa
+    chosen.__name__ = chosen.__qualname__ = "scaled_dot_product_attention"
+    chosen.__doc__ = original.__doc__
+    return chosen
+
+
+def _attention_strategy(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attn_mask: Optional[torch.Tensor], dropout_p: float) -> Optional["Strategy"]:
+    """The multi-replica strategy whose step drops this attention's weights by the row; None: torch's own runs.
+
+    Nested tensors and tensor subclasses keep torch's function, as a ``dropout_p`` outside ``(0, 1]`` does
+    (torch raises for it).
+    """
+    if not isinstance(dropout_p, (int, float)) or not 0.0 < dropout_p <= 1.0:
+        return None
+    tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+    if any(type(t) is not torch.Tensor or t.is_nested for t in tensors):
+        return None
+    return stepping_strategy()
+
+
+_Signature = Tuple[Optional[Tuple[Tuple[int, ...], torch.dtype]], ...]
+
+
+def _signature(*tensors: Optional[torch.Tensor]) -> _Signature:
+    """What torch's argument checks read of each tensor: its shape and dtype."""
+    return tuple(None if t is None else (tuple(t.shape), t.dtype) for t in tensors)
+
+
+def _torch_validator(original: Callable[..., torch.Tensor]) -> Callable[..., None]:
+    """Raise as torch's ``scaled_dot_product_attention`` would for these shapes, dtypes and flags.
+
+    Runs torch's function on meta tensors (no data, no random draw): about 2 ms,
+    so each accepted signature is remembered; a rejected one raises every time.
+    """
+    @functools.lru_cache(maxsize=256)
+    def validate(signature: _Signature, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> None:
+        metas = [None if s is None else torch.empty(s[0], dtype=s[1], device="meta") for s in signature]
+        gqa = {"enable_gqa": enable_gqa} if _TORCH_HAS_GQA else {}
+        original(*metas, 0.0, is_causal, scale=scale, **gqa)
+    return validate
+
+
+def _keyed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                     p: float, is_causal: bool, scale: Optional[float], enable_gqa: bool,
+                     replica_id: int) -> torch.Tensor:
+    """Attention as torch's math kernel computes it, its weights dropped by `_keyed_dropout`.
+
+    ``softmax(query @ key^T * scale + bias) @ value``, with ``scale`` by default
+    ``1 / sqrt(E)``, the bias from ``attn_mask`` and ``is_causal``
+    (`_attention_bias`), and with ``enable_gqa`` each key/value head shared by
+    ``Hq / H`` consecutive query heads. Half and bfloat16 inputs are computed
+    in float32 and the result cast back, as torch's math kernel does.
+    """
+    dtype = query.dtype
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    query, key, value = query.to(work), key.to(work), value.to(work)
+    if enable_gqa and query.dim() >= 3 and key.size(-3) != query.size(-3):
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    factor = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * factor
+    bias = _attention_bias(attn_mask, is_causal, query.size(-2), key.size(-2), work, query.device)
+    weights = torch.softmax(scores, -1) if bias is None else _safe_softmax(scores + bias)
+    weights = _dropped_by_example(weights, p, replica_id)
+    return (weights @ value).to(dtype)
+
+
+def _attention_bias(attn_mask: Optional[torch.Tensor], is_causal: bool, target: int, source: int,
+                    dtype: torch.dtype, device: torch.device) -> Optional[torch.Tensor]:
+    """The float bias added to the scores: ``-inf`` where a boolean mask (or the causal mask) is False.
+
+    The causal mask is upper-left aligned, as torch's: query ``i`` sees keys ``0..i``
+    whatever the lengths (``target=2, source=3``: ``[[0, -inf, -inf], [0, 0, -inf]]``).
+    A float ``attn_mask`` is added as it is.
+    """
+    if is_causal:
+        attn_mask = torch.ones(target, source, dtype=torch.bool, device=device).tril()
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == torch.bool:
+        return torch.zeros(attn_mask.shape, dtype=dtype, device=device).masked_fill_(~attn_mask, float("-inf"))
+    return attn_mask.to(dtype)
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension; a row masked whole (all ``-inf``) gets weights 0, as torch's math kernel.
+
+    The row's scores are set to 0 before the softmax so that neither its weights
+    nor its gradient are NaN.
+    """
+    masked = scores.amax(-1, keepdim=True).isneginf()
+    return torch.softmax(scores.masked_fill(masked, 0.0), -1).masked_fill(masked, 0.0)
+
+
+def _dropped_by_example(weights: torch.Tensor, p: float, replica_id: int) -> torch.Tensor:
+    """`_keyed_dropout` on attention weights ``(N, ..., L, S)``: each example's ``(..., L, S)`` is its row.
+
+    Unbatched weights ``(L, S)`` are one row.
+    """
+    if weights.dim() > 2:
+        return _keyed_dropout(weights, p, False, channels=False, replica_id=replica_id)
+    return _keyed_dropout(weights.unsqueeze(0), p, False, channels=False, replica_id=replica_id).squeeze(0)

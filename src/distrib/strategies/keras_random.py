@@ -17,7 +17,8 @@ import torch
 
 from distrib import hooks
 from distrib.data import batch_position
-from distrib.strategies.global_dropout import keyed_bits, keyed_keep_mask, mix32, replica_id_of, stepping_strategy
+from distrib.strategies.global_dropout import replica_id_of, stepping_strategy
+from distrib.strategies.keyed_hash import keyed_bits, keyed_keep_mask, mix32
 
 __all__ = ["install_keras_dropout", "install_keras_noise", "keyed_uniform", "keyed_normal"]
 
@@ -35,7 +36,7 @@ def install_keras_dropout() -> bool:
     same place Keras does (the layer's ``SeedGenerator``, advanced one step as
     Keras advances it; a fixed int seed gives the same mask at every call, as
     in Keras), hashes it into a key, and keeps each element of the noise shape
-    by `global_dropout.keyed_keep_mask` of its global row: replicas hold their
+    by `keyed_hash.keyed_keep_mask` of its global row: replicas hold their
     seed generators in the same state (they are variables broadcast from the
     chief), so they draw the same key, and the layer's seed still decides the
     masks. Kept values are divided by ``1 - rate`` as Keras does; a noise shape
