@@ -295,13 +295,3 @@ def _fits(entry: Entry, like: Optional[torch.Tensor]) -> bool:
     if like is None or not entry.outputs:
         return True
     return entry.outputs[0].shape == like.shape and entry.outputs[0].dtype == like.dtype
-
-
-def __getattr__(name: str) -> Any:
-    """``encode_payload`` and ``decode_payload`` live in `distrib.comm.elastic.payload` (which imports this
-    module, so they are looked up when asked for); this path keeps working."""
-    if name in ("encode_payload", "decode_payload"):
-        from distrib.comm.elastic import payload
-
-        return getattr(payload, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
