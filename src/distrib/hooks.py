@@ -20,7 +20,7 @@ handler functions stay with their concern:
 * `keras_random_override`: Keras 3's seeded dropout on the torch backend
   does too, and so do the ``normal`` and ``uniform`` draws of its
   ``GaussianNoise``, ``GaussianDropout`` and ``AlphaDropout`` layers
-  (`distrib.strategies.keras_global_layers`);
+  (`distrib.strategies.keras_random`);
 * `install_signal_handler`, `restore_signal_handler`: preemption
   (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
 * `at_exit`: closing a collective, reaping local replicas, shutting a

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from distrib.comm.elastic import elastic_enabled
-from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
+from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError
+from distrib.comm.elastic.payload import decode_payload, encode_payload
 
 
 def _log_with_steps():

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from distrib.comm.elastic.call_site import call_site
-from distrib.comm.elastic.oplog import OpLog, decode_payload, encode_payload
+from distrib.comm.elastic.oplog import OpLog
+from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.resize import read_vote, vote_entries
 from distrib.comm.elastic.snapshot_policy import LOG_FLOOR_BYTES, SnapshotPolicy
 from distrib.comm.grad_sync import GradientSynchronizer

@@ -18,7 +18,7 @@ from distrib.comm.options import CommunicationOptions  # noqa: E402
 from distrib.data import batch_position  # noqa: E402
 from distrib.data.batch_position import RowPosition  # noqa: E402
 from distrib.data.batch_split import split_bounds  # noqa: E402
-from distrib.strategies import context, global_dropout, keras_global_layers  # noqa: E402
+from distrib.strategies import context, global_dropout, keras_random  # noqa: E402
 from distrib.strategies.keras_global_layers import (  # noqa: E402
     install_keras_dropout, use_global_batch_statistics, uses_global_batch_statistics)
 from distrib.testing.simulated import run_workers  # noqa: E402
@@ -351,7 +351,7 @@ def test_the_layers_seed_decides_the_masks_and_they_repeat_from_the_same_seed():
 def _plain_keras(fn):
     """``fn()`` with Keras's own backend dropout (distrib's override taken off meanwhile)."""
     install_keras_dropout()
-    hooks.keras_random_override("dropout", keras_global_layers._make_keras_dropout).remove()
+    hooks.keras_random_override("dropout", keras_random._make_keras_dropout).remove()
     try:
         return fn()
     finally:

@@ -17,7 +17,7 @@ keras = pytest.importorskip("keras")
 from distrib import hooks  # noqa: E402
 from distrib.data import batch_position  # noqa: E402
 from distrib.data.batch_position import RowPosition  # noqa: E402
-from distrib.strategies import context, keras_global_layers  # noqa: E402
+from distrib.strategies import context, keras_random  # noqa: E402
 from distrib.strategies.keras_global_layers import (  # noqa: E402
     install_keras_noise, keyed_normal, keyed_uniform, random_preprocessing_layers)
 
@@ -95,7 +95,7 @@ def _keras_key(seed):
     """The key a fresh layer seeded ``seed`` draws at its first call, as the override derives it."""
     from keras.src.random.seed_generator import draw_seed
 
-    return keras_global_layers._key_of(draw_seed(keras.random.SeedGenerator(seed)).tolist())
+    return keras_random._key_of(draw_seed(keras.random.SeedGenerator(seed)).tolist())
 
 
 @pytest.mark.parametrize("rate", [0.2, 0.5])
@@ -161,8 +161,8 @@ def test_the_keyed_draws_of_a_row_do_not_depend_on_the_rows_drawn_with_it():
 def _keras_own(fn):
     """``fn()`` with Keras's own backend ``normal`` and ``uniform`` (distrib's overrides taken off meanwhile)."""
     install_keras_noise()
-    for name, make in (("normal", keras_global_layers._make_keras_normal),
-                       ("uniform", keras_global_layers._make_keras_uniform)):
+    for name, make in (("normal", keras_random._make_keras_normal),
+                       ("uniform", keras_random._make_keras_uniform)):
         hooks.keras_random_override(name, make).remove()
     try:
         return fn()

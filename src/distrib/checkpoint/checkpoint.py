@@ -21,7 +21,7 @@ Example:
 """
 from __future__ import annotations
 
-from distrib.errors import DistribError
+from distrib.errors import DistribError, first_line
 
 import warnings
 from typing import Any, Dict, List, Optional
@@ -335,7 +335,7 @@ class _Write:
                 storage.remove_write_path(self.path, self._target)
 
     def failure(self, exc: BaseException) -> str:
-        return f"{self.role.who} could not write checkpoint {self._target or self.path}: {_first_line(exc)}"
+        return f"{self.role.who} could not write checkpoint {self._target or self.path}: {first_line(exc, limit=400)}"
 
 
 def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseException]) -> None:
@@ -361,17 +361,13 @@ def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
         else:
             obj.load_state_dict(value)
     except Exception as exc:
-        raise CheckpointRestoreError(f"{where}: cannot restore {name!r}: {_first_line(exc)}") from exc
+        raise CheckpointRestoreError(f"{where}: cannot restore {name!r}: {first_line(exc, limit=400)}") from exc
 
 
 _UNUSABLE = (storage.CorruptCheckpointError, UnsafeFileError, CheckpointRestoreError)
 
 
 def _skip(path: str, exc: BaseException) -> None:
-    warnings.warn(f"skipping checkpoint {path}: {_first_line(exc)}", CheckpointWarning, stacklevel=3)
+    warnings.warn(f"skipping checkpoint {path}: {first_line(exc, limit=400)}", CheckpointWarning, stacklevel=3)
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0][:400] if lines else type(exc).__name__
 

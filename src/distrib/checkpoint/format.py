@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 from typing import Any, BinaryIO, Callable, Dict, Mapping, Optional
 
 import numpy as np
@@ -39,6 +38,8 @@ from safetensors.torch import save as _st_save
 from distrib.checkpoint.errors import UnsafeFileError
 from distrib.checkpoint.fs import url_to_fs
 from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
+from distrib.checkpoint.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
+                                         unsupported)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -58,160 +59,6 @@ __all__ = [
 FORMAT_VERSION = "1"
 _SKELETON_KEY = "distrib.skeleton"
 _VERSION_KEY = "distrib.format"
-
-
-# ----------------------------------------------------------------- encoding
-def _check_tensor(path: str, tensor: torch.Tensor) -> None:
-    if tensor.is_sparse or tensor.layout != torch.strided:
-        raise TypeError(f"cannot save {path}: only dense (strided) tensors are supported, got {tensor.layout}")
-
-
-def _check_array(path: str, array: np.ndarray) -> None:
-    if array.dtype == object:
-        raise TypeError(f"cannot save {path}: numpy arrays of dtype object are not supported")
-
-
-def _check_key(path: str, key: Any) -> None:
-    if key is not None and not isinstance(key, (str, int, float, bool)):
-        raise TypeError(f"cannot save {path}: dict key {key!r} of type {type(key).__qualname__} is not supported")
-
-
-def _unsupported(path: str, value: Any) -> TypeError:
-    return TypeError(f"cannot save {path}: type {type(value).__qualname__} is not supported "
-                     "(use tensors, numpy arrays, int, float, bool, str, None, list, tuple, dict)")
-
-
-class _Encoder:
-    """Turns a nested state into (JSON skeleton, {name: tensor})."""
-
-    def __init__(self, to_cpu: bool = True) -> None:
-        self.tensors: Dict[str, torch.Tensor] = {}
-        self._storages: set = set()
-        self._to_cpu = to_cpu
-
-    def encode(self, value: Any, path: str) -> Any:
-        if isinstance(value, np.generic):  # before float: np.float64 subclasses float
-            return {"npscalar": value.dtype.str, "value": self.encode(value.item(), path)}
-        if value is None or isinstance(value, (bool, int, str)):
-            return value
-        if isinstance(value, float):
-            return value if math.isfinite(value) else {"float": repr(value)}
-        if isinstance(value, torch.Tensor):
-            return {"tensor": self._add(path, value)}
-        if isinstance(value, np.ndarray):
-            _check_array(path, value)
-            return {"ndarray": self._add(path, torch.from_numpy(np.ascontiguousarray(value)))}
-        if isinstance(value, dict):
-            return self._encode_dict(value, path)
-        if isinstance(value, tuple) and not hasattr(value, "_fields"):
-            return {"tuple": [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]}
-        if isinstance(value, list):
-            return [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]
-        raise _unsupported(path, value)
-
-    def _encode_dict(self, value: dict, path: str) -> Dict[str, Any]:
-        items = []
-        for k, v in value.items():
-            _check_key(path, k)
-            items.append([self.encode(k, path), self.encode(v, f"{path}/{k}")])
-        node: Dict[str, Any] = {"odict" if isinstance(value, collections.OrderedDict) else "dict": items}
-        meta = getattr(value, "_metadata", None)
-        if meta is not None:
-            node["metadata"] = self.encode(dict(meta), f"{path}/_metadata")
-        return node
-
-    def _add(self, path: str, tensor: torch.Tensor) -> str:
-        _check_tensor(path, tensor)
-        t = tensor.detach()
-        if self._to_cpu:
-            t = t.cpu().contiguous()
-            if t.numel() and t.untyped_storage().data_ptr() in self._storages:
-                t = t.clone()  # safetensors refuses tensors that share memory
-            if t.numel():
-                self._storages.add(t.untyped_storage().data_ptr())
-        name, n = path, 1
-        while name in self.tensors:
-            n += 1
-            name = f"{path}#{n}"
-        self.tensors[name] = t
-        return name
-
-
-_MAX_DEPTH = 100  # a real state nests a handful of levels
-_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-_SCALAR_KINDS = "biufc"
-
-
-def _decode(node: Any, tensors: Dict[str, torch.Tensor], where: str, depth: int = 0) -> Any:
-    """The value a skeleton node describes; anything else than what `_Encoder` writes is refused."""
-    if depth > _MAX_DEPTH:
-        raise UnsafeFileError(f"{where}: state skeleton nested deeper than {_MAX_DEPTH} levels")
-    if node is None or isinstance(node, (bool, int, float, str)):
-        return node
-    if isinstance(node, list):
-        return [_decode(v, tensors, where, depth + 1) for v in node]
-    if not isinstance(node, dict) or len(node) == 0:
-        raise UnsafeFileError(f"{where}: malformed state skeleton node {_short(node)}")
-    try:
-        return _decode_tagged(node, tensors, where, depth)
-    except UnsafeFileError:
-        raise
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        raise UnsafeFileError(f"{where}: malformed state skeleton node {_short(node)} "
-                              f"({type(exc).__name__}: {_short(exc)})") from None
-
-
-def _decode_tagged(node: Dict[str, Any], tensors: Dict[str, torch.Tensor], where: str, depth: int) -> Any:
-    if "tensor" in node:
-        return _tensor(node["tensor"], tensors, where)
-    if "ndarray" in node:
-        return _tensor(node["ndarray"], tensors, where).numpy()
-    if "float" in node:
-        if node["float"] not in _NON_FINITE:
-            raise ValueError(f"not a non-finite float tag: {_short(node['float'])}")
-        return _NON_FINITE[node["float"]]
-    if "npscalar" in node:
-        dtype = np.dtype(node["npscalar"]) if isinstance(node["npscalar"], str) else None
-        if dtype is None or dtype.kind not in _SCALAR_KINDS and dtype.kind != "?":
-            raise ValueError(f"not a numeric numpy scalar type: {_short(node['npscalar'])}")
-        value = _decode(node["value"], tensors, where, depth + 1)
-        if not isinstance(value, (bool, int, float)):
-            raise ValueError("numpy scalar value is not a number")
-        return dtype.type(value)
-    if "tuple" in node:
-        if not isinstance(node["tuple"], list):
-            raise ValueError("tuple items are not a list")
-        return tuple(_decode(v, tensors, where, depth + 1) for v in node["tuple"])
-    if "dict" in node or "odict" in node:
-        kind = collections.OrderedDict if "odict" in node else dict
-        items = node["odict"] if "odict" in node else node["dict"]
-        if not isinstance(items, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in items):
-            raise ValueError("dict items are not [key, value] pairs")
-        out = kind()
-        for k, v in items:
-            key = _decode(k, tensors, where, depth + 1)
-            if key is not None and not isinstance(key, (str, int, float, bool)):
-                raise ValueError(f"dict key of type {type(key).__name__}")
-            out[key] = _decode(v, tensors, where, depth + 1)
-        if "metadata" in node:
-            meta = _decode(node["metadata"], tensors, where, depth + 1)
-            if not isinstance(meta, dict):
-                raise ValueError("dict metadata is not a dict")
-            out._metadata = meta  # type: ignore[attr-defined]
-        return out
-    raise UnsafeFileError(f"{where}: unknown state skeleton node {_short(sorted(map(str, node)))}")
-
-
-def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, BaseException) else str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _tensor(name: Any, tensors: Dict[str, torch.Tensor], where: str) -> torch.Tensor:
-    try:
-        return tensors[name]
-    except (KeyError, TypeError):
-        raise UnsafeFileError(f"{where}: skeleton refers to tensor {name!r} that the file does not hold") from None
 
 
 # ----------------------------------------------------------------- bytes
@@ -293,19 +140,19 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
     if isinstance(value, np.generic) or value is None or isinstance(value, (bool, int, str, float)):
         return value
     if isinstance(value, torch.Tensor):
-        _check_tensor(path, value)
+        check_tensor(path, value)
         if (isinstance(reuse, torch.Tensor) and reuse.shape == value.shape and reuse.dtype == value.dtype
                 and reuse.device.type == "cpu"):
             return reuse.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, np.ndarray):
-        _check_array(path, value)
+        check_array(path, value)
         return value.copy()
     if isinstance(value, dict):
         out = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
         old = reuse if isinstance(reuse, dict) else {}
         for k, v in value.items():
-            _check_key(path, k)
+            check_key(path, k)
             out[k] = _copy(v, f"{path}/{k}", old.get(k))
         meta = getattr(value, "_metadata", None)
         if meta is not None:
@@ -315,7 +162,7 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
         old_items = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else [None] * len(value)
         items = [_copy(v, f"{path}/{i}", old_items[i]) for i, v in enumerate(value)]
         return tuple(items) if isinstance(value, tuple) else items
-    raise _unsupported(path, value)
+    raise unsupported(path, value)
 
 
 def loads_state(data: bytes, name: str = "<bytes>", device: Any = "cpu") -> Any:
@@ -357,8 +204,8 @@ def decode_state(metadata: Mapping[str, str], tensors: Mapping[str, Any], name: 
     try:
         skeleton = json.loads(metadata[_SKELETON_KEY])
     except (ValueError, TypeError, RecursionError) as e:
-        raise UnsafeFileError(f"{name}: damaged state skeleton ({type(e).__name__}: {_short(e)})") from None
-    return _decode(skeleton, tensors, name)
+        raise UnsafeFileError(f"{name}: damaged state skeleton ({type(e).__name__}: {short(e)})") from None
+    return decode_skeleton(skeleton, tensors, name)
 
 
 def encode_state(state: Any, copy_shared: bool = False) -> "tuple[Dict[str, torch.Tensor], Dict[str, str]]":
@@ -372,7 +219,7 @@ def encode_state(state: Any, copy_shared: bool = False) -> "tuple[Dict[str, torc
     Raises:
         TypeError: a leaf or key type is not supported; the message names its path.
     """
-    enc = _Encoder(to_cpu=copy_shared)
+    enc = SkeletonEncoder(to_cpu=copy_shared)
     skeleton = enc.encode(state, "state")
     return enc.tensors, {_VERSION_KEY: FORMAT_VERSION, _SKELETON_KEY: json.dumps(skeleton, separators=(",", ":"))}
 

@@ -1,9 +1,8 @@
 """Errors raised when replicas cannot talk to each other. Each names the task."""
 from __future__ import annotations
 
+from distrib import errors
 from distrib.errors import DistribError
-
-import re
 
 __all__ = ["first_line", "DistribCommError", "RendezvousTimeoutError", "WorkerLostError", "CollectiveTimeoutError",
            "PortInUseError"]
@@ -30,10 +29,5 @@ class CollectiveTimeoutError(DistribCommError):
 
 
 def first_line(exc: BaseException) -> str:
-    """The useful part of a backend error: no source location, no advice boilerplate."""
-    lines = [l for l in str(exc).strip().splitlines() if l.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", lines[0])
-    text = text.split(". This is typically")[0]
-    return text[:300]
+    """The useful part of a backend error: no source location, no advice boilerplate (`distrib.errors.first_line`)."""
+    return errors.first_line(exc, limit=300, backend=True)

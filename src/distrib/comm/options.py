@@ -60,7 +60,7 @@ class CommunicationOptions:
             (`distrib.strategies.global_dropout`; the attention then runs
             unfused); so do Keras 3's dropout layers, seeded or not, and
             the noise of its ``GaussianNoise``, ``GaussianDropout`` and
-            ``AlphaDropout`` (`distrib.strategies.keras_global_layers`).
+            ``AlphaDropout`` (`distrib.strategies.keras_random`).
             ``False``: torch's and Keras's own dropout and noise (and fused
             attention kernels) on each replica's rows.
     """

@@ -14,32 +14,30 @@ Example:
     with `RESTART_EXIT_CODE` (preempted, checkpoint saved) restarts the group
     without using up one of those two.
 
-`launch` reads top to bottom in stages: resolve the layout (`_resolve_layout`,
-`_check_arguments`, `_base_environment`), give the tasks' store its secret
-(`_job_secret`), then per attempt pick ports (`_pick_ports`), start the tasks
-(`_start_tasks`), supervise them (`_supervise`), decide on a restart
-(`distrib.launch.restarts`), and report (`distrib.launch.report`).
+`launch` reads top to bottom in stages: resolve the layout (`resolve_layout`,
+`check_arguments`, `base_environment`), give the tasks' store its secret
+(`job_secret`; these in `distrib.launch.launch_plan`), then per attempt pick
+ports (`_pick_ports`), start the tasks (`_start_tasks`), supervise them
+(`_supervise`), decide on a restart (`distrib.launch.restarts`), and report
+(`distrib.launch.report`).
 """
 from __future__ import annotations
 
 import os
 import queue
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
-from distrib.comm.secret import SECRET_ENV, SECRET_FILE_ENV, new_secret
 from distrib.process.fork_client import FORK_ENV, SharedForkServer, TaskStarter
 from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
-from distrib.launch.layout import (ClusterLayout, TaskSpec, build_cluster, build_node_cluster,
-                                   node_tasks, task_environment)
+from distrib.launch.launch_plan import (Cluster, LaunchPlan, base_environment, check_arguments, check_start_workers,
+                                        job_secret, output_router, resolve_layout)
+from distrib.launch.layout import TaskSpec, build_cluster, task_environment
 from distrib.launch.job_store import LauncherStore
 from distrib.launch.output import OutputRouter
-from distrib.launch.output_logs import TaskLogs
-from distrib.launch.output_select import OutputSelection
 from distrib.launch.report import LaunchReport
 from distrib.launch.restarts import restart_after_failure
 from distrib.launch.result import LaunchResult
@@ -53,8 +51,6 @@ __all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
 DEFAULT_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
 preempted task to save its checkpoint."""
-
-_Cluster = Dict[str, List[str]]
 
 
 def launch(
@@ -165,13 +161,13 @@ def launch(
             was stopped first (as `subprocess.run` does).
         ValueError, FileNotFoundError: bad arguments (nothing was started).
     """
-    plan = _resolve_layout(workers, chief, ps, evaluator, hosts, node_rank, master_port)
+    plan = resolve_layout(workers, chief, ps, evaluator, hosts, node_rank, master_port)
     target = os.fspath(target)
-    _check_arguments(target, module, cwd, max_restarts, timeout)
+    check_arguments(target, module, cwd, max_restarts, timeout)
     if start_workers is not None:
-        _check_start_workers(start_workers, plan, elastic)
-    router = _router(output, output_from, log_dir, plan)
-    base_env = _job_secret(_base_environment(router, env, verbose), plan)
+        check_start_workers(start_workers, plan, elastic)
+    router = output_router(output, output_from, log_dir, plan)
+    base_env = job_secret(base_environment(router, env, verbose), plan)
     left_dir = None
     if elastic:
         base_env[ELASTIC_ENV] = "1"
@@ -194,7 +190,7 @@ def launch(
             shutil.rmtree(left_dir, ignore_errors=True)
 
 
-def _run_attempts(job: "_Job", plan: "_Plan", host: str, router: OutputRouter, timeout: Optional[float],
+def _run_attempts(job: "_Job", plan: "LaunchPlan", host: str, router: OutputRouter, timeout: Optional[float],
                   max_restarts: int, elastic: bool, grace_seconds: float) -> LaunchResult:
     """Start attempts until one succeeds, the restarts run out, time runs out or a signal arrives."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -224,110 +220,6 @@ def _run_attempts(job: "_Job", plan: "_Plan", host: str, router: OutputRouter, t
                 return report.finish()
 
 
-# -- resolve the layout ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Plan:
-    """The tasks this launcher starts: a local layout, or this node's part of a fixed multi-node cluster."""
-
-    layout: ClusterLayout
-    node_cluster: Optional[_Cluster] = None
-    node_tasks: Tuple[TaskSpec, ...] = ()
-    nodes: int = 1
-
-
-def _router(output: Union[None, str, TextIO], output_from: Optional[str], log_dir: Optional[str],
-            plan: _Plan) -> OutputRouter:
-    """Where the tasks' lines go, whose standard output is shown, and the log files, if any."""
-    selection = OutputSelection.parse(output_from)
-    if plan.node_cluster is None:
-        selection.check(plan.layout.tasks())
-        local = plan.layout.tasks()
-    else:
-        selection.check([TaskSpec("worker", i) for i in range(plan.layout.workers * plan.nodes)])
-        local = list(plan.node_tasks)
-    logs = TaskLogs(log_dir) if log_dir is not None else None
-    return OutputRouter(output, stdout_from=selection.task_names(local), logs=logs)
-
-
-def _resolve_layout(workers: int, chief: bool, ps: int, evaluator: bool,
-                    hosts: Optional[Sequence[str]], node_rank: int, master_port: int) -> _Plan:
-    layout = ClusterLayout(workers=workers, chief=chief, ps=ps, evaluator=evaluator)
-    if hosts is None:
-        return _Plan(layout)
-    if chief or ps or evaluator:
-        raise ValueError("distrib launch: a multi-node launch (--hosts) runs worker tasks "
-                         "only; drop --chief, --ps and --evaluator")
-    cluster = build_node_cluster(list(hosts), workers, master_port)
-    return _Plan(layout, cluster, tuple(node_tasks(node_rank, len(hosts), workers)), len(hosts))
-
-
-def _check_start_workers(start_workers: int, plan: _Plan, elastic: bool) -> int:
-    layout = plan.layout
-    total = layout.workers * plan.nodes
-    if not elastic:
-        raise ValueError("distrib launch: a range of workers (MIN:MAX) needs --elastic: the workers after MIN "
-                         "join the running job")
-    if layout.chief or layout.ps or layout.evaluator:
-        raise ValueError("distrib launch: a range of workers (MIN:MAX) is for worker tasks only; drop --chief, "
-                         "--ps and --evaluator")
-    if isinstance(start_workers, bool) or not isinstance(start_workers, int) or not 1 <= start_workers <= total:
-        raise ValueError(f"distrib launch: the workers that start the job must be 1 to {total}, got "
-                         f"{start_workers!r}")
-    return start_workers
-
-
-def _check_arguments(target: str, module: bool, cwd: Optional[str], max_restarts: int,
-                     timeout: Optional[float]) -> None:
-    if not target:
-        raise ValueError("distrib launch: no script or module given")
-    if not module:
-        path = target if os.path.isabs(target) else os.path.join(cwd or os.getcwd(), target)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"distrib launch: script not found: {path}")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ValueError(f"distrib launch: max_restarts must be an integer >= 0, got {max_restarts!r}")
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"distrib launch: timeout must be > 0 seconds, got {timeout!r}")
-
-
-def _base_environment(router: OutputRouter, env: Optional[Mapping[str, Optional[str]]],
-                      verbose: bool) -> Dict[str, str]:
-    """The launcher's environment with the caller's ``env`` applied: what every task starts from."""
-    base_env: Dict[str, str] = dict(os.environ)
-    if router.live:
-        base_env["DISTRIB_PROGRESS_TTY"] = "1"
-    else:
-        base_env.pop("DISTRIB_PROGRESS_TTY", None)
-    if verbose:
-        base_env["DISTRIB_VERBOSE"] = "1"
-    for key, value in (env or {}).items():
-        if value is None:
-            base_env.pop(key, None)
-        else:
-            base_env[key] = str(value)
-    return base_env
-
-
-# -- the store's secret ---------------------------------------------------------------------------
-
-def _job_secret(base_env: Dict[str, str], plan: _Plan) -> Dict[str, str]:
-    """``base_env`` with a fresh job secret for the tasks' store, unless it names one already.
-
-    The launchers of a job's other nodes cannot know a secret made here, so a
-    multi-node job without one runs an unauthenticated store (and says so).
-    """
-    if base_env.get(SECRET_ENV) or base_env.get(SECRET_FILE_ENV):
-        return base_env
-    if plan.nodes == 1:
-        base_env[SECRET_ENV] = new_secret()  # one per job, in the tasks' environment only
-    else:
-        print("distrib launch: no job secret for this multi-node job, so its store is not "
-              f"authenticated; export the same {SECRET_ENV} (or {SECRET_FILE_ENV}) on every node",
-              file=sys.stderr)
-    return base_env
-
-
 # -- pick ports, start the tasks, supervise them --------------------------------------------------
 
 @dataclass(frozen=True)
@@ -349,11 +241,11 @@ class _Attempt:
     """One attempt's tasks, their cluster and how many of them train on this node."""
 
     tasks: Sequence[TaskSpec]
-    cluster: _Cluster
+    cluster: Cluster
     local_training: int
 
 
-def _pick_ports(plan: _Plan, host: str) -> _Attempt:
+def _pick_ports(plan: LaunchPlan, host: str) -> _Attempt:
     """This attempt's tasks and their cluster: fresh free ports, unless the cluster is fixed."""
     if plan.node_cluster is not None:
         return _Attempt(plan.node_tasks, plan.node_cluster, len(plan.node_tasks))

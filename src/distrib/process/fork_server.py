@@ -46,7 +46,7 @@ __all__ = ["PRELOADED", "serve"]
 #: What the server imports before it forks: the modules every task imports and that cost the most.
 #: ``torch._dynamo`` (1.2-1.8 s of CPU) loads in any task that makes a ``torch.optim`` optimizer;
 #: it fixes its cache directory from ``TORCHINDUCTOR_CACHE_DIR`` as it loads, so
-#: `fork_client.can_fork` forks a task only where that directory is the server's.
+#: `fork_rules.can_fork` forks a task only where that directory is the server's.
 PRELOADED = ("numpy", "torch", "torch._dynamo")
 
 _MAX_MESSAGE = 4 << 20

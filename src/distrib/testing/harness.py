@@ -228,7 +228,7 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
 
     The process is a fork of this test process's preloaded server (as the
     tasks of `run_cluster` are) when that starts it exactly as a new
-    ``python`` would (`distrib.process.fork_client.can_fork`), else a new
+    ``python`` would (`distrib.process.fork_rules.can_fork`), else a new
     process; ``DISTRIB_LAUNCH_FORK=0`` in ``env`` or the environment always
     makes a new one.
 

@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 
+from distrib.errors import first_line
+
 __all__ = ["JitForward", "resolve_jit_compile", "BACKEND_ENV"]
 
 #: The ``torch.compile`` backend (default ``inductor``); ``aot_eager`` traces and runs the same graph
@@ -87,7 +89,7 @@ class JitForward:
                 raise
             # Eager first: where the input itself is wrong, its error line is the one to see.
             out = self._eager(x, y, sample_weight, global_batch_size)
-            self.disabled = _first_line(error)
+            self.disabled = first_line(error, skip=_COMPILE_BOILERPLATE, typed=True, limit=240)
             warnings.warn(f"compile(jit_compile=True): {self.name} runs eagerly, torch.compile cannot "
                           f"make its forward pass and loss one graph: {self.disabled}", stacklevel=3)
             return out
@@ -95,9 +97,5 @@ class JitForward:
         return out
 
 
-def _first_line(error: BaseException) -> str:
-    for line in str(error).splitlines():
-        line = line.strip()
-        if line and not line.startswith(("from user code", "File ", "Set TORCH", "You can suppress")):
-            return f"{type(error).__name__}: {line}"[:240]
-    return type(error).__name__
+#: Lines of a torch.compile error that say where, not what.
+_COMPILE_BOILERPLATE = ("from user code", "File ", "Set TORCH", "You can suppress")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 import torch
 
 from distrib.comm.elastic import replaying_before_joining
+from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.step_plan import StepPlan, plan_for
 from distrib.utils.nest import flatten, map_structure
@@ -55,11 +56,6 @@ def _shapes(value: Any) -> str:
     if not shapes:
         return "None" if value is None else type(value).__name__
     return str(shapes[0]) if len(shapes) == 1 else str(shapes)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def _prepare_x(plan: StepPlan, x: Any) -> Any:
@@ -122,7 +118,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         if type(e) not in _INPUT_ERRORS:  # e.g. out of memory, a peer lost: not about the input
             raise
-        raise ValueError(f"{loop.name} cannot be called on x of shape {_shapes(x)}: {_first_line(e)} "
+        raise ValueError(f"{loop.name} cannot be called on x of shape {_shapes(x)}: {first_line(e)} "
                          "(check the input shape the module expects)") from e
 
 
@@ -151,7 +147,7 @@ def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int
         if type(e) not in _INPUT_ERRORS:
             raise
         raise ValueError(f"loss {loop.loss!r} failed on y of shape {_shapes(y)} and predictions of shape "
-                         f"{_shapes(y_pred)}: {_first_line(e)} (check label shapes, ranges and from_logits)") from e
+                         f"{_shapes(y_pred)}: {first_line(e)} (check label shapes, ranges and from_logits)") from e
     reg = regularization_loss(loop)
     if reg is not None:
         loss = loss + reg / loop.strategy.num_replicas_in_sync

@@ -38,7 +38,8 @@ from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.call_site import call_site as _call_site
 from distrib.comm.elastic.inflight import InFlight
-from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError, decode_payload, encode_payload
+from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError
+from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
                                       join_generation, leader_of, rebuild_groups)
 from distrib.comm.elastic.membership import Membership, open_job_store

@@ -35,7 +35,8 @@ import torch
 from distrib import hooks
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
-from distrib.comm.elastic.oplog import OpLog, Replay, decode_payload, encode_payload
+from distrib.comm.elastic.oplog import OpLog, Replay
+from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, broadcast_payload, rebuild_groups
 from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, next_members, post_join_request,
                                          read_vote, vote_entries, wait_for_admission, waiting_joiners)

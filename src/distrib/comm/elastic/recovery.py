@@ -11,7 +11,7 @@ Everything goes through the job's (authenticated) store, under
 A generation forms once every rank has posted; the *leader* is the survivor
 that completed the most collectives (lowest rank on ties). Every member then
 destroys its old process groups and builds new ones over ``g<N>/pg``, and the
-leader broadcasts the catch-up payload (`distrib.comm.elastic.oplog`). If anything
+leader broadcasts the catch-up payload (`distrib.comm.elastic.payload`). If anything
 fails while the generation forms (another task dies, a replacement dies), the
 members start generation ``N + 1``; after ``timeout`` seconds in all they give
 up with `ElasticRecoveryError`.
