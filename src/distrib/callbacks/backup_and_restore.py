@@ -156,8 +156,7 @@ class BackupAndRestore(Callback):
         """When the step's vote asks for a snapshot: the chief decides (`distrib.comm.elastic.snapshot_policy`:
         at most every `snapshot_every` steps, sooner when the log grew large, the job changed size or a
         joiner waits) and every replica, a replaying one too, reads the same answer."""
-        wanted = getattr(getattr(self._strategy(), "collective", None), "snapshot_wanted", None)
-        return bool(wanted()) if wanted is not None else False
+        return self._strategy().collective.snapshot_wanted()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():

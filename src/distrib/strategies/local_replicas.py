@@ -197,7 +197,7 @@ def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.d
 
     key = (tuple(labels), base.task_type, base.task_id, base.rank, base.world_size,
            getattr(base, "rendezvous_address", None), options.backend_for(devices[0]))
-    if key in _CONNECTED and not getattr(_CONNECTED[key][1], "_closed", False):
+    if key in _CONNECTED and not _CONNECTED[key][1].closed:
         return _CONNECTED[key]
     replicas = LocalReplicas(base, labels, devices)
     replicas.launch_children()

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
-from distrib.comm.elastic import replaying_before_joining
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.step_plan import StepPlan, plan_for
@@ -192,7 +191,7 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not replaying_before_joining(loop.strategy.collective):  # an elastic joiner: the members counted these
+    if not loop.strategy.collective.replaying_before_it_joined():  # an elastic joiner: the members counted these
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss
