@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
+from distrib.callbacks._chief import model_strategy
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
@@ -179,7 +180,7 @@ class BackupAndRestore(Callback):
 
     # ----------------------------------------------------------- helpers
     def _strategy(self) -> "Strategy":
-        strategy: Optional[Strategy] = getattr(self.model, "distribute_strategy", None)
+        strategy: Optional[Strategy] = model_strategy(self.model)
         if strategy is None:
             from distrib.strategies.default import get_strategy
 

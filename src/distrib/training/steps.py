@@ -123,7 +123,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
 
 def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
-    losses = getattr(loop.module, "losses", None)
+    losses = getattr(loop.module, "losses", None)  # duck-typed user module: Keras layers have losses, torch modules not
     if losses is None:
         return None
     if callable(losses):
