@@ -160,8 +160,8 @@ def _hook_chain_has(hook: Any, target: Callable[..., Any], depth: int = 8) -> bo
         if level >= depth or id(fn) in seen or not callable(fn):
             continue
         seen.add(id(fn))
-        inner = [getattr(fn, "__wrapped__", None)]
-        for cell in getattr(fn, "__closure__", None) or ():
+        inner = [getattr(fn, "__wrapped__", None)]  # any user callable: wrappers and closures are optional
+        for cell in getattr(fn, "__closure__", None) or ():  # any user callable: wrappers and closures are optional
             try:
                 inner.append(cell.cell_contents)
             except ValueError:  # an empty cell

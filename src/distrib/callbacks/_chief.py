@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol
 
-__all__ = ["is_chief", "ChiefRole"]
+__all__ = ["is_chief", "ChiefRole", "model_strategy"]
 
 
 class ChiefRole(Protocol):
@@ -16,5 +16,11 @@ class ChiefRole(Protocol):
 
 def is_chief(model: Any) -> bool:
     """``model.distribute_strategy.is_chief``; True when there is no model or strategy (one process)."""
-    strategy: Optional[ChiefRole] = getattr(model, "distribute_strategy", None)
+    strategy: Optional[ChiefRole] = model_strategy(model)
     return True if strategy is None else bool(strategy.is_chief)
+
+
+def model_strategy(model: Any) -> Any:
+    """``model.distribute_strategy``, or None where ``model`` (any object a callback was given: the
+    user's model, a stand-in, none) has no such attribute."""
+    return getattr(model, "distribute_strategy", None)  # duck-typed: a callback's model is the user's object

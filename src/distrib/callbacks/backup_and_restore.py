@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
+from distrib.callbacks._chief import model_strategy
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
@@ -156,8 +157,7 @@ class BackupAndRestore(Callback):
         """When the step's vote asks for a snapshot: the chief decides (`distrib.comm.elastic.snapshot_policy`:
         at most every `snapshot_every` steps, sooner when the log grew large, the job changed size or a
         joiner waits) and every replica, a replaying one too, reads the same answer."""
-        wanted = getattr(getattr(self._strategy(), "collective", None), "snapshot_wanted", None)
-        return bool(wanted()) if wanted is not None else False
+        return self._strategy().collective.snapshot_wanted()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():
@@ -180,7 +180,7 @@ class BackupAndRestore(Callback):
 
     # ----------------------------------------------------------- helpers
     def _strategy(self) -> "Strategy":
-        strategy: Optional[Strategy] = getattr(self.model, "distribute_strategy", None)
+        strategy: Optional[Strategy] = model_strategy(self.model)
         if strategy is None:
             from distrib.strategies.default import get_strategy
 

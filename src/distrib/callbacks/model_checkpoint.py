@@ -34,6 +34,7 @@ import os
 import warnings
 from typing import Any, Dict, Optional, Union
 
+from distrib.callbacks._chief import model_strategy
 from distrib.callbacks.callback import Logs
 from distrib.callbacks.monitor import MonitorCallback
 from distrib.checkpoint.agreement import chief_decides
@@ -122,7 +123,7 @@ class ModelCheckpoint(MonitorCallback):
 
     def _save(self, epoch: int, batch: Optional[int], logs: Dict[str, Any]) -> None:
         self._wait_for_write()  # at most one save in flight
-        strategy = getattr(self.model, "distribute_strategy", None)
+        strategy = model_strategy(self.model)
         role = strategy.checkpoint_role() if strategy is not None and strategy.multi_replica else None
         # whether to save, and where, is the chief's decision: every worker takes part in the save
         decision = chief_decides(role, "ModelCheckpoint's save", lambda: self._decide(epoch, batch, logs))

@@ -124,12 +124,12 @@ class TensorBoard(Callback):
 
     def _learning_rate(self) -> Optional[float]:
         try:
-            return get_learning_rate(getattr(self.model, "optimizer", None))
+            return get_learning_rate(getattr(self.model, "optimizer", None))  # duck-typed user model: the optimizer is optional
         except (TypeError, ValueError):  # no optimizer, or one without a readable rate
             return None
 
     def _write_histograms(self, epoch: int) -> None:
-        module = getattr(self.model, "module", None)
+        module = getattr(self.model, "module", None)  # duck-typed user model: the wrapped module is optional
         if module is None or not hasattr(module, "named_parameters"):
             return
         writer = self._writers["train"]

@@ -105,7 +105,7 @@ class CheckpointLoadStatus:
 def _check_trackable(name: str, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         return
-    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
+    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):  # duck-typed trackable: anything with state_dict/load_state_dict
         return
     if isinstance(obj, (int, float, bool)):
         raise TypeError(f"Checkpoint({name}=...): a plain {type(obj).__name__} cannot be restored in place; "

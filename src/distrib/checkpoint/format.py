@@ -154,7 +154,7 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
         for k, v in value.items():
             check_key(path, k)
             out[k] = _copy(v, f"{path}/{k}", old.get(k))
-        meta = getattr(value, "_metadata", None)
+        meta = getattr(value, "_metadata", None)  # torch state dicts carry _metadata, plain dicts not
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out

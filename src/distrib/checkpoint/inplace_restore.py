@@ -51,7 +51,7 @@ def _key(tensor: torch.Tensor) -> _Key:
 def _copies_verbatim(module: torch.nn.Module) -> bool:
     """Whether ``module.load_state_dict`` copies saved values unchanged: no load hooks, torch's own loaders."""
     for sub in module.modules():
-        if getattr(sub, "_load_state_dict_pre_hooks", None) or getattr(sub, "_load_state_dict_post_hooks", None):
+        if getattr(sub, "_load_state_dict_pre_hooks", None) or getattr(sub, "_load_state_dict_post_hooks", None):  # private torch attributes, not in every torch version
             return False
         loader = type(sub)._load_from_state_dict
         if not getattr(loader, "__module__", "").startswith("torch.nn."):
@@ -77,7 +77,7 @@ def verbatim_tensors(obj: Any) -> List[torch.Tensor]:
     if isinstance(obj, torch.optim.Optimizer):
         return [v for per_param in obj.state.values() if isinstance(per_param, dict)
                 for v in per_param.values() if isinstance(v, torch.Tensor)]
-    own = getattr(obj, "tensors_restored_verbatim", None)
+    own = getattr(obj, "tensors_restored_verbatim", None)  # duck-typed trackable: the method is optional
     return list(own()) if callable(own) else []
 
 

@@ -109,7 +109,7 @@ class CheckpointManager:
             raise ValueError(f"CheckpointManager: invalid checkpoint_name {checkpoint_name!r}")
         check_backend(str(directory), "CheckpointManager")
         self._checkpoint = checkpoint
-        self._strategy = scope_strategy() or getattr(checkpoint, "_strategy", None)
+        self._strategy = scope_strategy() or getattr(checkpoint, "_strategy", None)  # a checkpoint-like stand-in may have no strategy
         self._directory = str(directory).rstrip("/")
         self._max_to_keep = None if max_to_keep is None else int(max_to_keep)
         self._keep_hours = keep_checkpoint_every_n_hours
@@ -296,9 +296,9 @@ class CheckpointManager:
         (`BackupAndRestore` keeps its own per-step snapshots).
         """
         role = resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
-        keep = getattr(role.collective, "keep_snapshot", None)
-        if keep is not None:
-            keep(lambda: freeze_state(self._snapshot_checkpoint.state_dict()))  # serialised if ever sent
+        role.collective.keep_snapshot(
+            lambda: freeze_state(self._snapshot_checkpoint.state_dict()))  # serialised if ever sent
+        if role.collective.elastic:
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
@@ -335,13 +335,10 @@ class CheckpointManager:
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
         if role.multi_replica:
             path = role.collective.broadcast_json(path)
-        take = getattr(role.collective, "take_snapshot", None)
-        snapshot = take() if take is not None else None
+        snapshot = role.collective.take_snapshot()
         if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
             self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
-            restored = getattr(role.collective, "snapshot_restored", None)
-            if restored is not None:
-                restored()
+            role.collective.snapshot_restored()
             path = PEER_SNAPSHOT
         elif path is not None:
             path = self._restored(role, self._checkpoint.restore(path).path)

@@ -115,7 +115,7 @@ def open_checked(path: str, name: str) -> Tuple[BinaryIO, int]:
             raise _corrupt(path, f"{name} is not a regular file")
         return handle, mode.st_size
     handle = fs.open(target, "rb")
-    size = getattr(handle, "size", None)
+    size = getattr(handle, "size", None)  # fsspec file handles: only some carry a size
     return handle, int(size) if isinstance(size, int) else int(fs.size(target))
 
 

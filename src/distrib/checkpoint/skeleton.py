@@ -74,7 +74,7 @@ class SkeletonEncoder:
             check_key(path, k)
             items.append([self.encode(k, path), self.encode(v, f"{path}/{k}")])
         node: Dict[str, Any] = {"odict" if isinstance(value, collections.OrderedDict) else "dict": items}
-        meta = getattr(value, "_metadata", None)
+        meta = getattr(value, "_metadata", None)  # torch state dicts carry _metadata, plain dicts not
         if meta is not None:
             node["metadata"] = self.encode(dict(meta), f"{path}/_metadata")
         return node

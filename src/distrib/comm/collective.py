@@ -115,11 +115,6 @@ class Collective(abc.ABC):
         t = torch.tensor([1.0 if flag else 0.0])
         return bool(self.all_reduce(t, ReduceOp.MAX).item() > 0)
 
-    def agree_min(self, value: int) -> int:
-        """The smallest ``value`` any replica passed, on every replica."""
-        t = torch.tensor([float(value)], dtype=torch.float64)
-        return int(self.all_reduce(t, ReduceOp.MIN).item())
-
     def control_broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """`broadcast` of a small CPU tensor, on the path reserved for control messages."""
         return self.broadcast(tensor, src)
@@ -164,6 +159,37 @@ class Collective(abc.ABC):
 
     def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
         """Stop calling ``listener`` (see `add_resize_listener`)."""
+
+    # ------------------------------------------- elastic snapshots (no-ops unless `elastic`)
+    def keep_snapshot(self, state: Callable[[], Any]) -> None:
+        """Elastic: keep ``state()`` (a checkpoint's bytes, or an object whose ``bytes()`` are those)
+        as the newest in-memory snapshot for a replacement or joiner (every task calls it).
+        Any other collective: nothing (``state`` is not called)."""
+
+    def take_snapshot(self) -> Optional[bytes]:
+        """Elastic: in a replacement or joiner, the survivor's snapshot to restore now (once). Else None."""
+        return None
+
+    def snapshot_restored(self) -> None:
+        """The program loaded the snapshot `take_snapshot` returned (elastic listeners learn of it)."""
+
+    def snapshot_wanted(self) -> bool:
+        """Elastic: whether the last step's vote asks for a snapshot now. Else False."""
+        return False
+
+    def add_snapshot_listener(self, listener: Any) -> None:
+        """Elastic: call ``listener.before_snapshot()``, ``snapshot_extra()`` and ``restored(extra)``
+        around snapshots (`distrib.comm.elastic.collective`); never for any other collective."""
+
+    def replaying_before_it_joined(self) -> bool:
+        """True while an elastic joiner replays the steps before its admission (its metric updates
+        there must not count); False for any other task and collective."""
+        return False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `shutdown` ran (a collective that holds no connection never closes)."""
+        return False
 
     def shutdown(self) -> None:
         """Release connections; the collective is unusable afterwards."""

@@ -47,7 +47,9 @@ class TorchCollective(Collective):
     backend = "gloo"
 
     def __init__(self, rank: int, world_size: int, group: Any, control_group: Any,
-                 monitor: Optional[HealthMonitor], describe, timeout: float, store: Any = None) -> None:
+                 monitor: Optional[HealthMonitor], describe, timeout: float, store: Any = None,
+                 raw_store: Any = None, backend: Optional[str] = None) -> None:
+        """``raw_store``: the store ``store`` wraps (kept alive with it); ``backend``: the data group's."""
         self._rank = rank
         self._world_size = world_size
         self._group = group
@@ -56,6 +58,9 @@ class TorchCollective(Collective):
         self._describe = describe
         self._timeout = timeout
         self._store = store
+        self._raw_store = raw_store  # a Python Store (AuthStore) must outlive the PrefixStore around it
+        if backend is not None:
+            self.backend = backend
         self._closed = False
         self._peer_lost = False
 
@@ -99,16 +104,24 @@ class TorchCollective(Collective):
             monitor.close()
             raise DistribCommError(
                 f"{describe(rank)} could not set up {backend} among {world} tasks: {first_line(exc)}") from None
-        collective = cls(rank, world, group, control, monitor, describe, timeout, store)
-        collective._raw_store = raw_store  # a Python Store (AuthStore) must outlive the PrefixStore around it
-        collective.backend = backend
+        collective = cls(rank, world, group, control, monitor, describe, timeout, store, raw_store=raw_store,
+                         backend=backend, **cls._connect_extras(resolver))
         hooks.at_exit(collective.shutdown)
         return collective
+
+    @classmethod
+    def _connect_extras(cls, resolver: Any) -> dict:
+        """What `connect` passes a subclass's constructor beyond this class's arguments (none here)."""
+        return {}
 
     # ---------------------------------------------------------- identity
     @property
     def rank(self) -> int:
         return self._rank
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def world_size(self) -> int:
@@ -179,10 +192,6 @@ class TorchCollective(Collective):
     def agree_any(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0])
         return bool(self._call("agree", self._all_reduce, t, ReduceOp.MAX, self._control).item() > 0)
-
-    def agree_min(self, value: int) -> int:
-        t = torch.tensor([float(value)], dtype=torch.float64)
-        return int(self._call("agree", self._all_reduce, t, ReduceOp.MIN, self._control).item())
 
     def control_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
         """A small CPU all-reduce on the control group (never queues behind gradient buckets)."""

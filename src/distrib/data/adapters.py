@@ -120,7 +120,7 @@ class LoaderBatchesDataset(Dataset):
 class _LoaderBatchesIterator(BlockIterator):
     def __init__(self, loader: tud.DataLoader, table: Table, seed: int, state: Optional[dict]) -> None:
         self._table = table
-        generator = getattr(loader.sampler, "generator", None)
+        generator = getattr(loader.sampler, "generator", None)  # torch DataLoader/sampler: a user sampler may have no generator
         if state is not None and state.get("gen") is not None and generator is not None:
             generator.set_state(torch.tensor(state["gen"], dtype=torch.uint8))
         self._gen = None if generator is None else generator.get_state().tolist()
@@ -163,7 +163,7 @@ class LoaderIterableDataset(IterableDataset):
 
 class _LoaderIterator(BlockIterator):
     def __init__(self, loader: tud.DataLoader, state: Optional[dict]) -> None:
-        generator = getattr(loader, "generator", None)
+        generator = getattr(loader, "generator", None)  # torch DataLoader/sampler: a user sampler may have no generator
         if state is not None and state.get("gen") is not None and generator is not None:
             generator.set_state(torch.tensor(state["gen"], dtype=torch.uint8))
         self._gen = None if generator is None else generator.get_state().tolist()

@@ -141,7 +141,7 @@ class MapStyleTable(Table):
 
     def _items(self, idx: np.ndarray) -> List[Any]:
         keys = [int(i) for i in idx]
-        getitems = getattr(self._dataset, "__getitems__", None)
+        getitems = getattr(self._dataset, "__getitems__", None)  # torch Dataset: __getitems__ is optional (batched reads)
         if getitems is not None:
             return list(getitems(keys))
         return [self._dataset[i] for i in keys]

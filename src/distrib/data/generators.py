@@ -28,7 +28,7 @@ def as_dtype(value: Any) -> Any:
         return value
     if value in (str, bytes) or (isinstance(value, str) and value in (STRING, "str", "tf.string")):
         return STRING
-    name = value if isinstance(value, str) else getattr(value, "name", None)
+    name = value if isinstance(value, str) else getattr(value, "name", None)  # duck-typed dtype spec (a torch/numpy dtype or a user type)
     if name is None:
         try:
             name = np.dtype(value).name

@@ -125,8 +125,8 @@ def _unpack_into(states: List[Any], flat: torch.Tensor) -> None:
 
 def register_for_resizes(metric: Any) -> None:
     """Fold ``metric`` with the others of its strategy's collective when workers leave (elastic only)."""
-    collective = getattr(metric.distribute_strategy, "collective", None)
-    if collective is None or not getattr(collective, "elastic", False):
+    collective = getattr(metric.distribute_strategy, "collective", None)  # a stand-in strategy may have none
+    if collective is None or not collective.elastic:
         return
     fold = _folds.get(collective)
     if fold is None:

@@ -209,7 +209,7 @@ class LossScaleOptimizer(TorchOptimizerSurface):
 
     def finalize_variable_values(self, var_list: Any = None) -> None:
         """The inner optimizer's (EMA weights at the end of ``fit``)."""
-        finalize = getattr(self.inner_optimizer, "finalize_variable_values", None)
+        finalize = getattr(self.inner_optimizer, "finalize_variable_values", None)  # duck-typed inner optimizer (Keras's have it, torch's not)
         if finalize is not None:
             finalize(var_list)
 

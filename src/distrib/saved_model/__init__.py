@@ -78,7 +78,7 @@ def _module_and_strategy(obj: Any) -> Tuple[torch.nn.Module, Any]:
     module = getattr(obj, "module", obj)
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"saved_model.save needs a distrib.Model or torch.nn.Module, got {type(obj).__name__}")
-    strategy = getattr(obj, "distribute_strategy", None) or default.get_strategy()
+    strategy = getattr(obj, "distribute_strategy", None) or default.get_strategy()  # any user object: a model, a module or a plain object
     return module, strategy
 
 

@@ -40,7 +40,6 @@ both (``momentum=0.9``, from 0: 0.3).
 """
 from __future__ import annotations
 
-import sys
 import types
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
@@ -48,6 +47,7 @@ import torch
 
 from distrib.strategies.batch_norm import all_reduce_sum
 from distrib.strategies.keras_random import install_keras_dropout, install_keras_noise, keyed_normal, keyed_uniform
+from distrib.utils.optional import keras_layers_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -63,8 +63,7 @@ _STATISTICS = ("moving_mean", "moving_variance", "moving_stddev", "renorm_mean",
 
 def is_keras_layer(module: Any) -> bool:
     """True for a Keras 3 layer or model (only when ``keras`` is already imported)."""
-    keras = sys.modules.get("keras")
-    layer = getattr(getattr(keras, "layers", None), "Layer", None)
+    layer = keras_layers_class("Layer")
     return layer is not None and isinstance(module, layer)
 
 
@@ -104,8 +103,7 @@ def uses_global_batch_statistics(layer: Any) -> bool:
 
 def use_global_batch_statistics(layer: Any, strategy_of: Callable[[], Optional["Strategy"]]) -> bool:
     """Make a Keras ``BatchNormalization`` take global-batch moments in training; False if not one."""
-    keras = sys.modules.get("keras")
-    batch_norm = getattr(getattr(keras, "layers", None), "BatchNormalization", None)
+    batch_norm = keras_layers_class("BatchNormalization")
     if (batch_norm is None or not isinstance(layer, batch_norm) or uses_global_batch_statistics(layer)
             or type(layer)._moments is not batch_norm._moments):
         return False
@@ -178,7 +176,7 @@ def random_preprocessing_layers(layer: Any) -> List[str]:
         return []
     names: dict = {}
     for inner in layer._flatten_layers(include_self=True, recursive=True):
-        if getattr(inner, "_seed_generators", None) and _is_preprocessing(type(inner)):
+        if getattr(inner, "_seed_generators", None) and _is_preprocessing(type(inner)):  # Keras internals: only seeded layers have them
             names[type(inner).__name__] = None
     return list(names)
 

@@ -47,7 +47,7 @@ def local_task_index(resolver: Any, environ: Optional[Mapping[str, str]] = None)
 
 
 def _position_on_host(resolver: Any) -> int:
-    task = getattr(resolver, "task", None)
+    task = getattr(resolver, "task", None)  # duck-typed cluster resolver: None or one without a task
     if resolver is None or task is None:
         return 0
     spec = resolver.cluster_spec()

@@ -67,7 +67,7 @@ class LocalReplicas:
         self._children: List[Tuple[int, subprocess.Popen, Any]] = []
 
     def _needs_own_port(self) -> bool:
-        return self.count > 1 and getattr(self.base, "rendezvous_address", None) is None
+        return self.count > 1 and _base_address(self.base) is None
 
     # ------------------------------------------------ resolver-like view
     @property
@@ -96,7 +96,7 @@ class LocalReplicas:
 
     @property
     def rendezvous_address(self) -> Optional[Tuple[str, int]]:
-        address = getattr(self.base, "rendezvous_address", None)
+        address = _base_address(self.base)
         return address if address is not None else ("127.0.0.1", self.port)
 
     def describe(self, rank: int) -> str:
@@ -184,6 +184,12 @@ class LocalReplicas:
 _CONNECTED: Dict[Tuple[Any, ...], Tuple["LocalReplicas", Any]] = {}
 
 
+def _base_address(base: Any) -> Optional[Tuple[str, int]]:
+    """The job's rendezvous address from ``base``'s resolver; None for a resolver without one (a
+    single-process or user-supplied resolver: duck-typed, so probed)."""
+    return getattr(base, "rendezvous_address", None)  # duck-typed: not every resolver has an address
+
+
 def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.device], options: Any):
     """Start this task's local replicas and join every replica of the job.
 
@@ -196,8 +202,8 @@ def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.d
     from distrib.comm.collective import LocalCollective
 
     key = (tuple(labels), base.task_type, base.task_id, base.rank, base.world_size,
-           getattr(base, "rendezvous_address", None), options.backend_for(devices[0]))
-    if key in _CONNECTED and not getattr(_CONNECTED[key][1], "_closed", False):
+           _base_address(base), options.backend_for(devices[0]))
+    if key in _CONNECTED and not _CONNECTED[key][1].closed:
         return _CONNECTED[key]
     replicas = LocalReplicas(base, labels, devices)
     replicas.launch_children()

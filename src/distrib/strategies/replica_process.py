@@ -82,7 +82,7 @@ def mark(index: int, count: int, collective: Any) -> None:
 
 def current() -> Optional[LocalReplicaProcess]:
     """This process's `LocalReplicaProcess`, or None (a plain process, or a real multi-worker task)."""
-    if _current is not None and getattr(_current.collective, "_closed", False):
+    if _current is not None and _current.collective.closed:
         return None
     return _current
 

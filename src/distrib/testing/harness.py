@@ -100,7 +100,7 @@ def _shared_server(env: Mapping[str, Optional[str]]) -> Optional[SharedForkServe
 
 def _locate(fn: Callable[..., Any]) -> Dict[str, str]:
     qualname = getattr(fn, "__qualname__", "")
-    module = getattr(fn, "__module__", None)
+    module = getattr(fn, "__module__", None)  # any user callable: not every one has a module
     if not callable(fn) or not qualname or module is None:
         raise TypeError(f"run_cluster: expected a module-level function, got {fn!r}")
     if "<locals>" in qualname or "<lambda>" in qualname:

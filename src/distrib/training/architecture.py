@@ -112,7 +112,7 @@ def _describe_custom(module: torch.nn.Module, seen: Dict[str, type]) -> Dict[str
     cls = type(module)
     name = class_name(cls) or f"{cls.__module__}:{cls.__qualname__}"
     seen[name] = cls
-    get_config = getattr(module, "get_config", None)
+    get_config = getattr(module, "get_config", None)  # duck-typed user module: Keras-style config is optional
     if callable(get_config):
         return {"custom": name, "config": _jsonable(get_config())}
     params = inspect.signature(cls).parameters.values()

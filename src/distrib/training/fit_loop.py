@@ -81,7 +81,7 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
         if loop.agreed_stop():
             break
     state.attach_iterator(None)
-    finalize = getattr(loop.optimizer, "finalize_variable_values", None)
+    finalize = getattr(loop.optimizer, "finalize_variable_values", None)  # duck-typed user optimizer (Keras's have it, torch's not)
     if finalize is not None and epochs > initial_epoch:
         finalize(None)  # use_ema: the weights become their moving averages, as Keras's fit does
     cbs.on_train_end(logs)

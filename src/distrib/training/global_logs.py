@@ -56,7 +56,7 @@ def global_logs(strategy: "Strategy", tracker: Any, metrics: Sequence[Tuple[str,
             summed[key] = flat[offset:offset + t.numel()].reshape(t.shape)
             offset += t.numel()
         result = metric.result_from_states(summed)
-        dtype = getattr(metric, "dtype", None)
+        dtype = getattr(metric, "dtype", None)  # duck-typed user metric: dtype is optional
         logs[name] = _value(result.to(dtype) if isinstance(result, torch.Tensor) and dtype is not None else result)
     for name, metric in metrics:
         if not _packable(metric):

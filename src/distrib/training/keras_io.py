@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 import torch
 
 from distrib.errors import DistribError
+from distrib.utils.optional import keras_layers_class
 from distrib.training.errors import SerializationError, WeightsMismatchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,8 +42,7 @@ KERAS_PREFIX = "keras."
 
 def is_keras_model(module: Any) -> bool:
     """True for a Keras 3 layer or model (only when ``keras`` is already imported)."""
-    keras = sys.modules.get("keras")
-    layer = getattr(getattr(keras, "layers", None), "Layer", None)
+    layer = keras_layers_class("Layer")
     return layer is not None and isinstance(module, layer)
 
 

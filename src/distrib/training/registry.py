@@ -58,8 +58,8 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 def importable_path(obj: Any) -> Optional[str]:
     """``"module:qualname"`` if ``obj`` can be imported back by that name, else None."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
+    module = getattr(obj, "__module__", None)  # any user object: not every callable has a module
+    qualname = getattr(obj, "__qualname__", None)  # any user object: not every callable has a qualname
     if not module or not qualname or "<" in qualname:
         return None
     try:
@@ -241,7 +241,7 @@ def build_module(cls: type, config: Any, where: str) -> torch.nn.Module:
     try:
         if config is None:
             module = cls()
-        elif callable(getattr(cls, "from_config", None)):
+        elif callable(getattr(cls, "from_config", None)):  # duck-typed user class: Keras-style config is optional
             module = cls.from_config(config)
         elif isinstance(config, dict):
             module = cls(**config)

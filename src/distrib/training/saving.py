@@ -70,7 +70,7 @@ def _infer_builder(module: torch.nn.Module) -> Optional[str]:
     if cls.__module__.startswith("torch.") or keras_io.is_keras_model(module):
         return None
     path = importable_path(cls)
-    if path is None or callable(getattr(module, "get_config", None)):
+    if path is None or callable(getattr(module, "get_config", None)):  # duck-typed user module: Keras-style config is optional
         return None
     try:
         params = inspect.signature(cls).parameters.values()

@@ -63,7 +63,7 @@ def to_spec(identifier: Any, what: str = "compile argument") -> Any:
         return {"function": path}
     cls = type(identifier)
     class_path = f"{cls.__module__}.{cls.__qualname__}"
-    get_config = getattr(identifier, "get_config", None)
+    get_config = getattr(identifier, "get_config", None)  # duck-typed user object: Keras-style config is optional
     if class_path.startswith(_ALLOWED_CLASS_PREFIXES) and callable(get_config):
         return {"class": _public_class_path(cls), "config": _jsonable(get_config())}
     path = importable_path(cls)
@@ -105,7 +105,7 @@ def from_spec(spec: Any, what: str = "compile argument",
         config = spec.get("config") or {}
         if not isinstance(config, dict):
             raise SerializationError(f"saved {what} config of {path!r} must be an object")
-        from_config = getattr(cls, "from_config", None)
+        from_config = getattr(cls, "from_config", None)  # duck-typed user class: Keras-style config is optional
         return from_config(config) if callable(from_config) else cls(**config)
     raise SerializationError(f"saved {what} spec has unknown keys {sorted(spec)}")
 

@@ -19,10 +19,11 @@ Example:
 """
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Tuple
 
 import torch
+
+from distrib.utils.optional import keras_layers_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -53,8 +54,7 @@ def placement(loop: PlannedLoop) -> Tuple[torch.device, Optional[torch.dtype]]:
 
 def _takes_training(module: Any) -> bool:
     """A Keras 3 layer whose ``call`` takes ``training=`` (its Dropout and BatchNorm ignore ``module.train()``)."""
-    keras = sys.modules.get("keras")
-    layer = getattr(getattr(keras, "layers", None), "Layer", None)
+    layer = keras_layers_class("Layer")
     return layer is not None and isinstance(module, layer) and bool(getattr(module, "_call_has_training_arg", False))
 
 
@@ -63,7 +63,7 @@ def _loss_scaler(loop: PlannedLoop) -> Any:
     makes it under ``mixed_float16``), else one made on first use under ``mixed_float16``, else None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
 
-    if isinstance(getattr(loop, "optimizer", None), LossScaleOptimizer):
+    if isinstance(loop.optimizer, LossScaleOptimizer):
         return loop.optimizer
     if not global_policy().needs_loss_scaling or loop.torch_optimizer is None:
         return None

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
-from distrib.comm.elastic import replaying_before_joining
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.step_plan import StepPlan, plan_for
@@ -124,7 +123,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
 
 def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
-    losses = getattr(loop.module, "losses", None)
+    losses = getattr(loop.module, "losses", None)  # duck-typed user module: Keras layers have losses, torch modules not
     if losses is None:
         return None
     if callable(losses):
@@ -192,7 +191,7 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not replaying_before_joining(loop.strategy.collective):  # an elastic joiner: the members counted these
+    if not loop.strategy.collective.replaying_before_it_joined():  # an elastic joiner: the members counted these
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss

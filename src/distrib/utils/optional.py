@@ -25,12 +25,13 @@ Example:
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
-from typing import Dict
+from typing import Any, Dict, Optional
 
 from distrib.errors import DistribError
 
-__all__ = ["MissingDependencyError", "require", "EXTRAS"]
+__all__ = ["MissingDependencyError", "require", "EXTRAS", "keras_layers_class"]
 
 #: The packages each extra installs, as the one-line error names them.
 EXTRAS: Dict[str, str] = {
@@ -58,3 +59,10 @@ def require(module: str, *, extra: str, purpose: str) -> ModuleType:
         raise MissingDependencyError(
             f"{purpose} needs {EXTRAS[extra]}, which is not installed: "
             f"pip install {EXTRAS[extra]} (distrib's {extra!r} extra)") from None
+
+
+def keras_layers_class(name: str) -> Optional[Any]:
+    """``keras.layers.<name>`` when the program already imported ``keras`` (distrib never imports it for
+    a type check), else None."""
+    keras = sys.modules.get("keras")
+    return getattr(getattr(keras, "layers", None), name, None)  # keras is optional and may be a partial or stubbed module

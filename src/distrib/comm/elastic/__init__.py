@@ -83,5 +83,4 @@ def replaying_before_joining(collective: Any) -> bool:
     (`fit`'s and every `distrib.metrics.Metric`'s), or the examples would
     count twice. False for any other task and collective.
     """
-    check = getattr(collective, "replaying_before_it_joined", None)
-    return bool(check()) if check is not None else False
+    return collective is not None and collective.replaying_before_it_joined()

@@ -65,6 +65,21 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
     _snapshot_extras: Optional[List[torch.Tensor]] = None  # a replacement's: kept with the payload's snapshot
     _gen = 0
 
+    def __init__(self, rank: int, world_size: int, group: Any, control_group: Any, monitor: Any, describe: Any,
+                 timeout: float, store: Any = None, raw_store: Any = None, backend: Optional[str] = None,
+                 cluster_size: int = 0, joined_late: bool = False) -> None:
+        """`TorchCollective`'s arguments, and: ``cluster_size``, the tasks the cluster lists (the most
+        workers the job can have); ``joined_late``: a joiner, whose replayed steps were not its own."""
+        super().__init__(rank, world_size, group, control_group, monitor, describe, timeout, store,
+                         raw_store=raw_store, backend=backend)
+        self.log = OpLog()
+        self._max_world = cluster_size
+        self._joined_late = joined_late
+
+    @classmethod
+    def _connect_extras(cls, resolver: Any) -> dict:
+        return {"cluster_size": resolver.world_size}
+
     @classmethod
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
         starting = starting_tasks(resolver.world_size)  # None: every task of the cluster starts the job
@@ -74,8 +89,6 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             return cls._grow_join(resolver, options, device, _connect)
         collective = super().connect(resolver, options, device, members=starting)
         assert isinstance(collective, ElasticCollective)
-        collective.log = OpLog()
-        collective._max_world = resolver.world_size
         if collective.rank == 0:  # what a replacement or joiner builds its groups with (agreed at start-up)
             agreed_backend(collective._store, collective.backend)
         return collective
@@ -169,9 +182,6 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
 
     def agree_any(self, flag: bool) -> bool:
         return bool(self._agree(1.0 if flag else 0.0, torch.float32, ReduceOp.MAX) > 0)
-
-    def agree_min(self, value: int) -> int:
-        return int(self._agree(float(value), torch.float64, ReduceOp.MIN))
 
     def _agree(self, value: float, dtype: torch.dtype, op: ReduceOp) -> float:
         """``value`` reduced over the replicas: each attempt reduces a fresh tensor, which the log keeps."""
@@ -301,11 +311,8 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         start = time.monotonic()
         deadline = start + timeout
         raw_store, store, monitor = open_job_store(resolver, timeout, deadline, _connect)
-        collective = cls(task, world, None, None, monitor, describe, timeout, store)
-        collective._raw_store = raw_store
-        collective.log = OpLog()
-        collective.backend = agreed_backend(store)
-        collective._max_world = resolver.world_size
+        collective = cls(task, world, None, None, monitor, describe, timeout, store, raw_store=raw_store,
+                         backend=agreed_backend(store), cluster_size=resolver.world_size)
         hooks.at_exit(collective.shutdown)
         while True:
             gen, tasks = join_generation(store, task, deadline, describe)
@@ -315,9 +322,8 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             members = form_generation(store, gen, rank, size, 0, True, deadline, by_rank)
             leader, _, _ = leader_of(members)
             try:
-                collective._group, collective._control = rebuild_groups(store, gen, rank, size,
-                                                                        collective.backend, timeout)
-                payload = decode_payload(broadcast_payload(b"", leader, rank, collective._control))
+                control = collective._use_groups(rebuild_groups(store, gen, rank, size, collective.backend, timeout))
+                payload = decode_payload(broadcast_payload(b"", leader, rank, control))
                 break
             except ReplayMismatchError:
                 raise
@@ -328,9 +334,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
         members_now = list(range(size)) if tasks is None else tasks
         monitor.forget([t for t in range(resolver.world_size) if t not in members_now])
-        if tasks is not None:
-            collective._set_members(tasks, rank, gen, describe)
-        collective._gen = gen
+        collective._set_generation(gen, tasks, rank, describe)
         collective._catch_up_from(payload)
         log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
                     "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],

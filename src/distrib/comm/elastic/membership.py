@@ -35,7 +35,7 @@ import torch
 from distrib import hooks
 from distrib.comm.attempt import attempt_namespace
 from distrib.comm.collective import ReduceOp
-from distrib.comm.elastic.oplog import OpLog, Replay
+from distrib.comm.elastic.oplog import Replay
 from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.recovery import ElasticRecoveryError, agreed_backend, broadcast_payload, rebuild_groups
 from distrib.comm.elastic.resize import (admit, changes_to_make, leave_requested, next_members, post_join_request,
@@ -221,6 +221,18 @@ class Membership:
         """Names by task (the resolver's), whatever the current ranks are."""
         return self._describe_task if self._describe_task is not None else self._describe
 
+    def _use_groups(self, groups: Tuple[Any, Any]) -> Any:
+        """Talk over ``groups`` (a generation's data and control groups, `rebuild_groups`); returns the control group."""
+        self._group, self._control = groups
+        return self._control
+
+    def _set_generation(self, gen: int, tasks: Optional[List[int]], rank: int,
+                        task_describe: Callable[[int], str]) -> None:
+        """A replacement joined generation ``gen`` (``tasks``: the task of each rank, None if unchanged since the start)."""
+        if tasks is not None:
+            self._set_members(tasks, rank, gen, task_describe)
+        self._gen = gen
+
     def _set_members(self, tasks: List[int], rank: int, gen: int, task_describe: Callable[[int], str]) -> None:
         self._describe_task = task_describe
         self._describe = lambda r: task_describe(tasks[r]) if 0 <= r < len(tasks) else f"replica {r}"
@@ -263,21 +275,16 @@ class Membership:
         gen, tasks = admitted
         _tell_launcher("joined")  # from now on this task is a member: its failure is the job's
         rank = tasks.index(task)
-        collective = cls(rank, len(tasks), None, None, monitor, describe, timeout, store)
-        collective._raw_store = raw_store
-        collective.log = OpLog()
-        collective.backend = agreed_backend(store)
-        collective._max_world = world
+        collective = cls(rank, len(tasks), None, None, monitor, describe, timeout, store, raw_store=raw_store,
+                         backend=agreed_backend(store), cluster_size=world, joined_late=True)
         hooks.at_exit(collective.shutdown)
-        collective._group, collective._control = rebuild_groups(store, gen, rank, len(tasks), collective.backend,
-                                                                timeout)
-        payload = decode_payload(broadcast_payload(b"", 0, rank, collective._control))
+        control = collective._use_groups(rebuild_groups(store, gen, rank, len(tasks), collective.backend, timeout))
+        payload = decode_payload(broadcast_payload(b"", 0, rank, control))
         if payload["error"]:
             raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
         collective._set_members(tasks, rank, gen, describe)
         monitor.forget([t for t in range(world) if t not in tasks])
         collective._catch_up_from(payload)
-        collective._joined_late = True
         log.warning("distrib: %s joined the running job (generation %d, replica %d of %d) in %.2fs; catching up "
                     "to collective #%d from a %d-byte snapshot", describe(task), gen, rank, len(tasks),
                     time.monotonic() - start, payload["until"], len(payload["snapshot"]))

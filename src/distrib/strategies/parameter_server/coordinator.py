@@ -60,13 +60,13 @@ class ClusterCoordinator:
     """
 
     def __new__(cls, strategy: "Strategy") -> "ClusterCoordinator":
-        existing = getattr(strategy, "_coordinator", None)
+        existing = getattr(strategy, "_coordinator", None)  # any strategy the user passed: only a ParameterServerStrategy has one
         return existing if isinstance(existing, cls) else super().__new__(cls)
 
     def __init__(self, strategy: "Strategy") -> None:
-        if getattr(strategy, "_coordinator", None) is self:
+        if getattr(strategy, "_coordinator", None) is self:  # any strategy the user passed: only a ParameterServerStrategy has one
             return
-        parts = getattr(strategy, "coordinator_parts", None)
+        parts = getattr(strategy, "coordinator_parts", None)  # any strategy the user passed: only a ParameterServerStrategy has them
         if parts is None:
             raise TypeError(f"ClusterCoordinator needs a ParameterServerStrategy, got {type(strategy).__name__}")
         runtime, definitions, apply_metric_deltas = parts()

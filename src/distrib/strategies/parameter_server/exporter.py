@@ -278,8 +278,8 @@ class Exporter:
 @contextlib.contextmanager
 def _by_value(obj: Any) -> Iterator[None]:
     """Pickle the user module that defines ``obj`` by value (workers may not have run it)."""
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    file = os.path.realpath(getattr(module, "__file__", None) or "")
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")  # any user object: module and file may be absent
+    file = os.path.realpath(getattr(module, "__file__", None) or "")  # builtin modules have no file
     user_code = (module is not None and module.__name__ != "__main__" and file
                  and not file.startswith(_LIBRARY_DIRS)
                  and not module.__name__.split(".")[0] in ("distrib", "torch", "numpy"))

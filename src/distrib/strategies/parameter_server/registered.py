@@ -75,7 +75,7 @@ def registered_only(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def _default_name(fn: Callable) -> str:
-    module = getattr(fn, "__module__", None) or "?"
+    module = getattr(fn, "__module__", None) or "?"  # any user callable: not every one has a module
     return f"{module}:{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))}"
 
 
@@ -142,7 +142,7 @@ def describe(obj: Any) -> str:
     """A short name for an object a message could not carry."""
     if isinstance(obj, torch.nn.Module):
         return f"a {type(obj).__name__} module"
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)  # any user object: names are optional
     if name and callable(obj) and not isinstance(obj, type):
         return f"function {name}"
     return f"{type(obj).__name__} {name}" if name else f"a {type(obj).__name__}"
