@@ -73,12 +73,13 @@ def piece_bounds(size: int, nominal: int, parts: int, index: int) -> Tuple[int, 
     return min(lo, size), min(hi, size)
 
 
-def leading_rows(batch: Any) -> int:
-    """Rows of a batch: the leading dimension of its first tensor that has one."""
+def leading_rows(batch: Any, missing: str = "a batch has no tensor with a batch dimension; batch the dataset "
+                                             "(.batch(global_batch_size))") -> int:
+    """Rows of a batch: the leading dimension of its first tensor that has one (``missing``: the error if none)."""
     for t in flatten(batch):
         if isinstance(t, torch.Tensor) and t.dim() > 0:
             return int(t.shape[0])
-    raise ValueError("a batch has no tensor with a batch dimension; batch the dataset (.batch(global_batch_size))")
+    raise ValueError(missing)
 
 
 def global_batch_size(batch: Any, planned: Optional[int], collective: Optional["Collective"],

@@ -39,13 +39,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from distrib.data.batch_split import leading_rows
 from distrib.strategies.step_scheduler import ScheduledResult, StepScheduler
 from distrib.training import steps as step_fns
 from distrib.training.scheduled_input import (ScheduledEpochs, ScheduledEval, build_on_chief, dataset_recipe,
                                               per_worker_iterator, refuse_array_options, required_steps)
 from distrib.training.loop_host import LoopHost
 from distrib.training.step_loop import TRAIN, Execution, Phase
-from distrib.utils.nest import flatten
 
 __all__ = ["ScheduledExecutor", "run_execution", "batch_rows"]
 
@@ -57,10 +57,8 @@ def batch_rows(batch: Any) -> int:
         >>> batch_rows(({"features": torch.ones(5, 3)}, torch.ones(5, 1)))
         5
     """
-    for t in flatten(step_fns.unpack(batch)[0]):
-        if isinstance(t, torch.Tensor) and t.dim() > 0:
-            return int(t.shape[0])
-    raise ValueError("fit under ParameterServerStrategy: a batch has no tensor with a batch dimension")
+    return leading_rows(step_fns.unpack(batch)[0],
+                        "fit under ParameterServerStrategy: a batch has no tensor with a batch dimension")
 
 
 def _buffers(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
