@@ -72,6 +72,27 @@ def test_a_fit_step_reads_nothing_on_the_host(strategy, metrics):
     assert [s for s in steps if s] == []
 
 
+def test_class_weight_on_arrays_is_checked_once_not_read_each_step():
+    x, y = _data()
+    model = _model(distrib.get_strategy(), None)
+    counter = _CountSteps()
+    with HostReads() as whole:
+        model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[counter], class_weight={0: 1.0, 1: 2.0, 2: 0.5})
+    steps = [reads for index, reads in enumerate(counter.reads) if index not in (0, 5, 11)]
+    assert [s for s in steps if s] == []
+    # the labels are checked once, over the whole array, before the first step (their largest and smallest)
+    assert len([site for site in whole.sites() if "data_adapter" in site]) == 2
+
+
+def test_class_weight_without_a_weight_for_a_label_is_one_clear_error_before_training():
+    x, y = _data()
+    model = _model(distrib.get_strategy(), None)
+    before = [p.detach().clone() for p in model.module.parameters()]
+    with pytest.raises(ValueError, match="class_weight has no weight for class 2"):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0, class_weight={0: 1.0, 1: 2.0})
+    assert all(torch.equal(a, b) for a, b in zip(before, model.module.parameters()))
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "rmsprop", "adamw", "lion"])
 def test_the_keras_optimizers_read_nothing_on_the_host_in_a_step(optimizer):
     x, y = _data()

@@ -93,15 +93,29 @@ def _class_weight_tensor(class_weight: Dict[Any, float]) -> torch.Tensor:
     return table
 
 
-def class_weights_for(y: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Per-example weights ``table[class]``; ``y`` holds indices (``[B]``/``[B, 1]``) or one-hot rows."""
+def _class_indices(y: torch.Tensor) -> torch.Tensor:
     if y.dim() > 1 and y.shape[-1] > 1:
-        idx = y.argmax(dim=-1)
-    else:
-        idx = y.reshape(y.shape[0]).long()
+        return y.argmax(dim=-1)
+    return y.reshape(y.shape[0]).long()
+
+
+def check_class_labels(y: torch.Tensor, table: torch.Tensor) -> None:
+    """Raise the one-line error if a label of ``y`` has no weight in ``table`` (reads ``y`` on the host)."""
+    idx = _class_indices(y)
     if idx.numel() and (int(idx.max()) >= table.numel() or int(idx.min()) < 0):
         raise ValueError(f"class_weight has no weight for class {int(idx.max())}; give a weight for every class")
-    return table.to(idx.device)[idx]
+
+
+def class_weights_for(y: torch.Tensor, table: torch.Tensor, checked: bool = False) -> torch.Tensor:
+    """Per-example weights ``table[class]``; ``y`` holds indices (``[B]``/``[B, 1]``) or one-hot rows.
+
+    ``checked``: the labels were checked already (`check_class_labels` over the
+    whole array, before training), so no value is read on the host here.
+    """
+    if not checked:
+        check_class_labels(y, table)
+    idx = _class_indices(y)
+    return (table if table.device == idx.device else table.to(idx.device))[idx]
 
 
 class DataHandler:
@@ -120,11 +134,12 @@ class DataHandler:
 
     def __init__(self, strategy: "Strategy", dataset: Any, steps_per_pass: Optional[int], *,
                  shuffle_rows: Optional[int] = None, class_weight: Optional[torch.Tensor] = None,
-                 distributed: Optional["DistributedDataset"] = None) -> None:
+                 labels_checked: bool = False, distributed: Optional["DistributedDataset"] = None) -> None:
         self._strategy = strategy
         self._dataset = dataset
         self._distributed = distributed
         self._class_weight = class_weight
+        self._labels_checked = labels_checked
         self.steps_per_pass = steps_per_pass
         self.needs_seed = shuffle_rows is not None
         self.seed: Optional[int] = None
@@ -143,7 +158,7 @@ class DataHandler:
 
     def make_iterator(self) -> "StepIterator":
         """An iterator over the next pass (or over the rest of a restored one)."""
-        return StepIterator(iter(self._distributed_dataset()), self._class_weight)
+        return StepIterator(iter(self._distributed_dataset()), self._class_weight, self._labels_checked)
 
     def state_dict(self) -> Dict[str, Any]:
         return self._distributed_dataset().state_dict()
@@ -157,9 +172,11 @@ class DataHandler:
 class StepIterator:
     """Yields ``(replica_batch, global_batch_size)`` from a distributed iterator (class weights applied)."""
 
-    def __init__(self, inner: "DistributedIterator", class_weight: Optional[torch.Tensor]) -> None:
+    def __init__(self, inner: "DistributedIterator", class_weight: Optional[torch.Tensor],
+                 labels_checked: bool = False) -> None:
         self._inner = inner
         self._class_weight = class_weight
+        self._labels_checked = labels_checked
 
     def __iter__(self) -> "StepIterator":
         return self
@@ -167,14 +184,20 @@ class StepIterator:
     def __next__(self) -> Tuple[Any, int]:
         batch, size = self._inner.next_with_global_size()
         if self._class_weight is not None:
-            batch = _with_class_weight(batch, self._class_weight)
+            batch = self._with_class_weight(batch)
         return batch, size
 
+    def _with_class_weight(self, batch: Any) -> Any:
+        if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], torch.Tensor):
+            raise ValueError("class_weight needs batches (x, y) with a single tensor y")
+        table = self._class_weight
+        if table.device != batch[1].device:  # once: the table then lives where the labels arrive
+            self._class_weight = table = table.to(batch[1].device)
+        return _with_class_weight(batch, table, self._labels_checked)
 
-def _with_class_weight(batch: Any, table: torch.Tensor) -> Any:
-    if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], torch.Tensor):
-        raise ValueError("class_weight needs batches (x, y) with a single tensor y")
-    weights = class_weights_for(batch[1], table)
+
+def _with_class_weight(batch: Any, table: torch.Tensor, checked: bool) -> Any:
+    weights = class_weights_for(batch[1], table, checked)
     if len(batch) == 3 and batch[2] is not None:
         weights = weights * torch.as_tensor(batch[2], dtype=weights.dtype, device=weights.device).reshape(-1)
     return (batch[0], batch[1], weights)
@@ -214,14 +237,17 @@ def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, 
             columns.append(map_structure(lambda v: _as_tensor(v, dtype), y))
             if sample_weight is not None:
                 columns.append(_as_tensor(sample_weight, torch.float32))
+        checked = table is not None and len(columns) > 1 and isinstance(columns[1], torch.Tensor)
+        if checked:  # once, on the host, before training: no step reads the labels then
+            check_class_labels(columns[1], table)
         source = Dataset.from_tensor_slices(tuple(columns))
         steps = -(-n // batch_size)
         if shuffle and purpose == "fit":
             return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size).repeat(),
-                               steps, shuffle_rows=n, class_weight=table)
+                               steps, shuffle_rows=n, class_weight=table, labels_checked=checked)
         pipeline = source.batch(batch_size)
         return DataHandler(strategy, pipeline.repeat() if purpose == "fit" else pipeline, steps,
-                           class_weight=table)
+                           class_weight=table, labels_checked=checked)
     if y is not None:
         raise ValueError(f"{purpose}(): y must not be given when x is a dataset or loader "
                          f"({type(x).__name__}); the dataset yields (x, y) itself")
