@@ -99,23 +99,14 @@ def _class_indices(y: torch.Tensor) -> torch.Tensor:
     return y.reshape(y.shape[0]).long()
 
 
-def check_class_labels(y: torch.Tensor, table: torch.Tensor) -> None:
-    """Raise the one-line error if a label of ``y`` has no weight in ``table`` (reads ``y`` on the host)."""
-    idx = _class_indices(y)
+def _check_indices(idx: torch.Tensor, table: torch.Tensor) -> None:
     if idx.numel() and (int(idx.max()) >= table.numel() or int(idx.min()) < 0):
         raise ValueError(f"class_weight has no weight for class {int(idx.max())}; give a weight for every class")
 
 
-def class_weights_for(y: torch.Tensor, table: torch.Tensor, checked: bool = False) -> torch.Tensor:
-    """Per-example weights ``table[class]``; ``y`` holds indices (``[B]``/``[B, 1]``) or one-hot rows.
-
-    ``checked``: the labels were checked already (`check_class_labels` over the
-    whole array, before training), so no value is read on the host here.
-    """
-    if not checked:
-        check_class_labels(y, table)
-    idx = _class_indices(y)
-    return (table if table.device == idx.device else table.to(idx.device))[idx]
+def check_class_labels(y: torch.Tensor, table: torch.Tensor) -> None:
+    """Raise the one-line error if a label of ``y`` has no weight in ``table`` (reads ``y`` on the host)."""
+    _check_indices(_class_indices(y), table)
 
 
 class DataHandler:
@@ -188,19 +179,23 @@ class StepIterator:
         return batch, size
 
     def _with_class_weight(self, batch: Any) -> Any:
+        """``(x, y, weights)``: ``table[class]`` per example, times the batch's own sample weights if any.
+
+        ``y`` holds class indices (``[B]``/``[B, 1]``) or one-hot rows. Labels
+        checked before training (arrays) are not read on the host here.
+        """
         if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], torch.Tensor):
             raise ValueError("class_weight needs batches (x, y) with a single tensor y")
         table = self._class_weight
         if table.device != batch[1].device:  # once: the table then lives where the labels arrive
             self._class_weight = table = table.to(batch[1].device)
-        return _with_class_weight(batch, table, self._labels_checked)
-
-
-def _with_class_weight(batch: Any, table: torch.Tensor, checked: bool) -> Any:
-    weights = class_weights_for(batch[1], table, checked)
-    if len(batch) == 3 and batch[2] is not None:
-        weights = weights * torch.as_tensor(batch[2], dtype=weights.dtype, device=weights.device).reshape(-1)
-    return (batch[0], batch[1], weights)
+        idx = _class_indices(batch[1])
+        if not self._labels_checked:
+            _check_indices(idx, table)
+        weights = table[idx]
+        if len(batch) == 3 and batch[2] is not None:
+            weights = weights * torch.as_tensor(batch[2], dtype=weights.dtype, device=weights.device).reshape(-1)
+        return (batch[0], batch[1], weights)
 
 
 def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
