@@ -3,7 +3,7 @@
 Times blocks of (a) one training step (forward, backward, SGD step) of an MLP
 with two dropout layers and (b) one dropout layer's forward alone, with
 torch's ``Dropout`` and with the layer distrib switches to in a multi-replica
-scope (`distrib.strategies.global_dropout`, here with a stand-in 2-replica
+scope (`distrib.strategies.layer_patches.global_dropout`, here with a stand-in 2-replica
 strategy and the batch's global place known), and (c) one
 ``scaled_dot_product_attention`` with ``dropout_p=0.1``, forward alone and
 forward and backward, torch's outside a step and distrib's keyed one in a
@@ -32,7 +32,7 @@ from distrib.comm.options import CommunicationOptions
 from distrib.data import batch_position
 from distrib.data.batch_position import RowPosition
 from distrib.strategies import context
-from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
+from distrib.strategies.layer_patches.global_dropout import install_functional_dropout, use_global_batch_dropout
 
 
 class _TwoReplicas:

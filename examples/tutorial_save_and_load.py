@@ -24,7 +24,7 @@ Differences from the TF original, all forced by the environment or by PyTorch:
   model's ``compile``/``fit``/``save``) runs on the default strategy, as in
   TF; with 2 CPU replicas or under ``distrib launch`` the program runs in 2
   replica processes, and that code trains identically in both while files
-  and output come from replica 0 (`distrib.strategies.replica_process`).
+  and output come from replica 0 (`distrib.strategies.local_replicas.replica_process`).
 * A torch module becomes a Keras-style model by wrapping it:
   ``distrib.Model(module)``.
 * For the number-by-number comparison with TensorFlow's run

@@ -107,7 +107,7 @@ def _device_and_backend(env: Mapping[str, str], gpu_count: int) -> str:
 
     from distrib.comm.options import CommunicationOptions
     from distrib.errors import DistribError
-    from distrib.strategies.local_gpu import local_task_index
+    from distrib.strategies.local_replicas.local_gpu import local_task_index
 
     device = torch.device("cpu")
     if gpu_count:

@@ -16,11 +16,11 @@ handler functions stay with their concern:
   (`distrib.strategies.replication`, `parameter_server.variables`);
 * `functional_override`: ``torch.nn.functional``'s dropout functions and the
   dropout inside ``scaled_dot_product_attention`` drop by the example's global
-  row in a multi-replica step (`distrib.strategies.global_dropout`);
+  row in a multi-replica step (`distrib.strategies.layer_patches.global_dropout`);
 * `keras_random_override`: Keras 3's seeded dropout on the torch backend
   does too, and so do the ``normal`` and ``uniform`` draws of its
   ``GaussianNoise``, ``GaussianDropout`` and ``AlphaDropout`` layers
-  (`distrib.strategies.keras_random`);
+  (`distrib.strategies.layer_patches.keras_random`);
 * `install_signal_handler`, `restore_signal_handler`: preemption
   (`distrib.checkpoint.preemption`), the launcher (`distrib.launch.signals`);
 * `at_exit`: closing a collective, reaping local replicas, shutting a

@@ -97,7 +97,7 @@ def model_fit():
 
 def attention_loop():
     """A TransformerEncoderLayer (dropout in its attention, ``need_weights=False``) trained in a custom loop."""
-    from distrib.strategies import global_dropout
+    from distrib.strategies.layer_patches import global_dropout
 
     calls = []
     keyed = global_dropout._keyed_attention

@@ -3,7 +3,7 @@
 Every worker reads the same global batches (DATA sharding) and takes its rows;
 Keras's BatchNormalization then normalises with global-batch statistics and
 the seeded Dropout keys its masks on the global row
-(`distrib.strategies.keras_global_layers`), so the two jobs differ only in
+(`distrib.strategies.layer_patches.keras_global_layers`), so the two jobs differ only in
 float summation order. A control model trained beside it with Keras's
 ``GaussianDropout``, whose noise is still drawn in the replica's shape, ends
 differently, which shows the comparison can fail.

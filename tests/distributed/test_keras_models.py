@@ -4,7 +4,7 @@ Keras keeps BatchNormalization's moving statistics and the dropout seed as
 non-trainable variables (``requires_grad=False`` parameters): they must not
 crash gradient sync, and replicas must stay identical. Keras's
 BatchNormalization normalises with global-batch statistics in a
-multi-replica scope (`distrib.strategies.keras_global_layers`; its
+multi-replica scope (`distrib.strategies.layer_patches.keras_global_layers`; its
 ``synchronized`` flag is TensorFlow-only). Where dropout and batch statistics
 are off, 2 workers equal one process; 2 and 3 workers with both on are
 compared in `test_keras_global_layers_multi_worker.py`.

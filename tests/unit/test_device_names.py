@@ -4,8 +4,7 @@ import torch
 
 import distrib
 from distrib.strategies import devices
-from distrib.strategies.local_replicas import parse_replica_devices
-from distrib.strategies.devices import parse_device
+from distrib.strategies.devices import parse_device, parse_replica_devices
 
 
 @pytest.fixture

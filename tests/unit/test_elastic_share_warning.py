@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from distrib.comm.options import CommunicationOptions
-from distrib.strategies.share_warning import say_if_a_resize_changes_the_result
+from distrib.strategies.layer_patches.share_warning import say_if_a_resize_changes_the_result
 
 
 def _strategy(replicas=2, replica_id=0):

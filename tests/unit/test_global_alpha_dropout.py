@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from distrib.strategies import context, global_dropout
-from distrib.strategies.global_dropout import alpha_dropout_with
+from distrib.strategies import context
+from distrib.strategies.layer_patches import global_dropout
+from distrib.strategies.layer_patches.global_dropout import alpha_dropout_with
 
 from test_global_dropout import _as_replicas, _Owner  # noqa: E402  (tests/unit is on sys.path)
 

@@ -9,8 +9,8 @@ import torch.utils.checkpoint
 from distrib.data import batch_position
 from distrib.data.batch_position import RowPosition
 from distrib.data.batch_split import split_bounds
-from distrib.strategies import global_dropout
-from distrib.strategies.global_dropout import keyed_keep_mask, use_global_batch_dropout, uses_global_batch_dropout
+from distrib.strategies.layer_patches import global_dropout
+from distrib.strategies.layer_patches.global_dropout import keyed_keep_mask, use_global_batch_dropout, uses_global_batch_dropout
 
 
 class _FakeStrategy:

@@ -14,7 +14,8 @@ import torch.utils.checkpoint
 
 from distrib.data import batch_position
 from distrib.data.batch_position import RowPosition
-from distrib.strategies import context, global_dropout
+from distrib.strategies import context
+from distrib.strategies.layer_patches import global_dropout
 from test_global_dropout import _as_replicas, _Owner
 
 #: torch's function as torch defines it (``F.scaled_dot_product_attention`` is this object until distrib replaces it).

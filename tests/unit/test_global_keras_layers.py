@@ -18,8 +18,9 @@ from distrib.comm.options import CommunicationOptions  # noqa: E402
 from distrib.data import batch_position  # noqa: E402
 from distrib.data.batch_position import RowPosition  # noqa: E402
 from distrib.data.batch_split import split_bounds  # noqa: E402
-from distrib.strategies import context, global_dropout, keras_random  # noqa: E402
-from distrib.strategies.keras_global_layers import (  # noqa: E402
+from distrib.strategies import context  # noqa: E402
+from distrib.strategies.layer_patches import global_dropout, keras_random  # noqa: E402
+from distrib.strategies.layer_patches.keras_global_layers import (  # noqa: E402
     install_keras_dropout, use_global_batch_statistics, uses_global_batch_statistics)
 from distrib.testing.simulated import run_workers  # noqa: E402
 

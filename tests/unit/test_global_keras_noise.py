@@ -17,8 +17,9 @@ keras = pytest.importorskip("keras")
 from distrib import hooks  # noqa: E402
 from distrib.data import batch_position  # noqa: E402
 from distrib.data.batch_position import RowPosition  # noqa: E402
-from distrib.strategies import context, keras_random  # noqa: E402
-from distrib.strategies.keras_global_layers import (  # noqa: E402
+from distrib.strategies import context  # noqa: E402
+from distrib.strategies.layer_patches import keras_random  # noqa: E402
+from distrib.strategies.layer_patches.keras_global_layers import (  # noqa: E402
     install_keras_noise, keyed_normal, keyed_uniform, random_preprocessing_layers)
 
 from test_global_keras_layers import _as_replicas, _Owner  # noqa: E402  (tests/unit is on sys.path)

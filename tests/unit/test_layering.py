@@ -87,7 +87,7 @@ def _edges() -> List[Tuple[str, str]]:
 def test_the_rules_see_the_imports_they_check():
     edges = _edges()
     assert ("distrib.launch.supervisor", "distrib.process.spawn") in edges
-    assert ("distrib.strategies.local_replicas", "distrib.process.spawn") in edges
+    assert ("distrib.strategies.local_replicas.connect", "distrib.process.spawn") in edges
 
 
 def test_nothing_outside_the_launcher_imports_it_but_the_cli_entry_and_the_test_harness():

@@ -13,7 +13,7 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from distrib.comm.options import CommunicationOptions
-from distrib.strategies.batch_norm import is_synchronized
+from distrib.strategies.layer_patches.batch_norm import is_synchronized
 from distrib.strategies.replication import ScopeTracker
 
 

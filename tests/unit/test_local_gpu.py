@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from distrib.cluster import ClusterSpec, SimpleClusterResolver
 from distrib.comm.gpu_sharing import GpuSharingError, choose_backend, find_shared_gpu, physical_gpu
-from distrib.strategies.local_gpu import local_task_index, select_local_gpu
+from distrib.strategies.local_replicas.local_gpu import local_task_index, select_local_gpu
 
 TWO_HOSTS = {"worker": ["host-a:2222", "host-a:2223", "host-b:2222", "host-a:2224"]}
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.background import BackgroundWrite
-from distrib.strategies import replica_process
+from distrib.strategies.local_replicas import replica_process
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -93,5 +93,5 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Uni
 def _leave_together(strategy: "Strategy") -> None:
     if strategy.multi_replica:
         strategy.barrier()
-    else:  # a one-replica strategy in a local-replica process: see distrib.strategies.replica_process
+    else:  # a one-replica strategy in a local-replica process: see distrib.strategies.local_replicas.replica_process
         replica_process.settle()

@@ -48,7 +48,7 @@ class CommunicationOptions:
             ``BatchNormalization`` layers in a multi-replica scope normalise
             with global-batch statistics in training (one small all-reduce per
             layer in forward and one in backward), so N replicas equal one
-            process (`distrib.strategies.keras_global_layers` for Keras's).
+            process (`distrib.strategies.layer_patches.keras_global_layers` for Keras's).
             ``False``: local statistics, running statistics averaged after
             each step (tf.distribute's default).
         global_batch_dropout: torch Dropout layers (``Dropout``,
@@ -57,10 +57,10 @@ class CommunicationOptions:
             ``scaled_dot_product_attention`` in a multi-replica step, decide
             each mask element from the example's place in the global batch,
             so the masks do not depend on how many replicas share it
-            (`distrib.strategies.global_dropout`; the attention then runs
+            (`distrib.strategies.layer_patches.global_dropout`; the attention then runs
             unfused); so do Keras 3's dropout layers, seeded or not, and
             the noise of its ``GaussianNoise``, ``GaussianDropout`` and
-            ``AlphaDropout`` (`distrib.strategies.keras_random`).
+            ``AlphaDropout`` (`distrib.strategies.layer_patches.keras_random`).
             ``False``: torch's and Keras's own dropout and noise (and fused
             attention kernels) on each replica's rows.
     """

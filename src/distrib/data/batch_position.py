@@ -5,7 +5,7 @@ sharding) knows, for each batch it yields, the row of the global batch its
 first row is: it records that with `note`. `Strategy.run` looks the position
 up for the batch it was given (`find`) and makes it current for the step
 function (`set_current`), so that a layer can ask `current()` which global
-rows its input holds (`distrib.strategies.global_dropout`). The record is
+rows its input holds (`distrib.strategies.layer_patches.global_dropout`). The record is
 weak: it goes away with the batch's tensors.
 
 Example (3 replicas, a global batch of 10 rows; replica 1 holds rows 4..6):

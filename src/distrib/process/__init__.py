@@ -5,7 +5,7 @@ every such process gets the same guarantees (see `spawn`): it dies with the
 process that started it, its output goes where the caller asked, and its exit
 status is read and described one way (`exit_codes`). `distrib launch`
 (`distrib.launch`) starts a cluster's tasks with it; Mirrored-style local
-replicas (`distrib.strategies.local_replicas`) start their sibling replicas
+replicas (`distrib.strategies.local_replicas.connect`) start their sibling replicas
 with it. Free ports for either come from `ports`.
 
 Modules: `spawn` (one process), `ports` (free TCP ports), `exit_codes`

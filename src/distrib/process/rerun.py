@@ -1,6 +1,6 @@
 """The command line and directory that run this Python program again from its start.
 
-Local replicas (`distrib.strategies.local_replicas`) re-run the program once
+Local replicas (`distrib.strategies.local_replicas.connect`) re-run the program once
 per extra device. The re-run must behave exactly like the first run, even
 if the program changed directory before it imported distrib, so it starts
 in the directory the program *started* in, with the interpreter options and

@@ -35,10 +35,11 @@ from distrib.comm.options import CommunicationOptions
 from distrib.hooks import install_excepthook
 from distrib.data.input_context import InputPlacement
 from distrib.data import batch_position
-from distrib.strategies import context, replica_process
+from distrib.strategies import context
+from distrib.strategies.local_replicas import replica_process
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy
-from distrib.strategies.local_replicas import LocalReplicas
+from distrib.strategies.local_replicas.connect import LocalReplicas
 from distrib.strategies.per_replica import PerReplica
 from distrib.strategies.replication import ScopeTracker
 from distrib.utils.host_allocator import tune_host_allocator
@@ -231,7 +232,7 @@ class ReplicatedStrategy(Strategy):
         if self._collective.world_size <= 1 or self.input_placement().num_local_replicas == 1:
             return (value,)
         if self._local_results is None:
-            from distrib.strategies.local_results import LocalResults
+            from distrib.strategies.local_replicas.local_results import LocalResults
 
             self._local_results = LocalResults(self.input_placement(), self._communication_options.timeout)
         return self._local_results.gather(value)

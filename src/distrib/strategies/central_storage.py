@@ -38,7 +38,7 @@ from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
 from distrib.strategies.interface import Strategy
-from distrib.strategies.local_replicas import parse_replica_device
+from distrib.strategies.devices import parse_replica_device
 from distrib.strategies.per_replica import PerReplica
 from distrib.strategies.replication import ScopeTracker
 from distrib.utils.host_allocator import tune_host_allocator

@@ -7,12 +7,12 @@ With no ``devices``, ``DISTRIB_LOCAL_DEVICES=cpu:0,cpu:1`` (if set) picks the
 devices instead, so a tutorial's unchanged ``MirroredStrategy()`` runs on two
 CPU replicas.
 Run from a plain ``python train.py``, the strategy re-launches the script
-once per extra device (see `distrib.strategies.local_replicas`): the whole
+once per extra device (see `distrib.strategies.local_replicas.connect`): the whole
 script runs in every replica, only replica 0 prints. Under ``distrib launch``
 each launched task is adopted as one replica instead. Either way, code
 outside every scope behaves as in TF's one process (trains identically in
 each replica process, side effects once; see
-`distrib.strategies.replica_process`).
+`distrib.strategies.local_replicas.replica_process`).
 
 Example:
     >>> strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
@@ -29,9 +29,10 @@ import torch
 from distrib.comm.options import CommunicationOptions
 from distrib.data.input_context import InputPlacement
 from distrib.strategies.base import ReplicatedStrategy
-from distrib.strategies.local_gpu import local_task_index
-from distrib.strategies import replica_process
-from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
+from distrib.strategies.devices import parse_replica_devices
+from distrib.strategies.local_replicas import replica_process
+from distrib.strategies.local_replicas.connect import connect_replicas
+from distrib.strategies.local_replicas.local_gpu import local_task_index
 from distrib.strategies.multi_worker import LOCAL_DEVICES_ENV
 
 __all__ = ["MirroredStrategy"]

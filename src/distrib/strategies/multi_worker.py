@@ -23,9 +23,10 @@ import torch
 
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
 from distrib.strategies.base import ReplicatedStrategy
-from distrib.strategies.local_gpu import select_local_gpu
-from distrib.strategies.local_replicas import connect_replicas, parse_replica_devices
-from distrib.strategies.share_warning import say_if_a_resize_changes_the_result
+from distrib.strategies.devices import parse_replica_devices
+from distrib.strategies.layer_patches.share_warning import say_if_a_resize_changes_the_result
+from distrib.strategies.local_replicas.connect import connect_replicas
+from distrib.strategies.local_replicas.local_gpu import select_local_gpu
 
 __all__ = ["MultiWorkerMirroredStrategy"]
 
@@ -66,7 +67,7 @@ class MultiWorkerMirroredStrategy(ReplicatedStrategy):
 
 
 def _default_device(options: CommunicationOptions, resolver: Any) -> torch.device:
-    """One GPU per worker process when there are GPUs (see `distrib.strategies.local_gpu`), else the CPU."""
+    """One GPU per worker process when there are GPUs (see `distrib.strategies.local_replicas.local_gpu`), else the CPU."""
     if torch.cuda.is_available() and options.implementation is not CommunicationImplementation.RING:
         return select_local_gpu(resolver)
     return torch.device("cpu")

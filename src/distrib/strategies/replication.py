@@ -14,14 +14,14 @@ replicas before any optimizer steps them (frozen ones included: they are
 summed from the step they are unfrozen). Non-trainable floating state
 (buffers, ``requires_grad=False`` parameters) is averaged after each step it
 changed (`distrib.comm.state_sync`), and torch BatchNorm layers normalise
-with global-batch statistics (`distrib.strategies.batch_norm`), so N
+with global-batch statistics (`distrib.strategies.layer_patches.batch_norm`), so N
 replicas keep the weights and running statistics one process would; torch
 Dropout layers drop by each example's place in the global batch
-(`distrib.strategies.global_dropout`), so their masks do not depend on the
+(`distrib.strategies.layer_patches.global_dropout`), so their masks do not depend on the
 number of replicas. Keras 3 layers are not torch submodules of their model:
 they are adopted when built in the scope (their variables' dict registers) or
 given to `track_module`, and their ``BatchNormalization``, seeded dropout and
-noise layers become global-batch too (`distrib.strategies.keras_global_layers`);
+noise layers become global-batch too (`distrib.strategies.layer_patches.keras_global_layers`);
 in an elastic job the random preprocessing layers found in them are named in
 a warning, before the first step.
 
@@ -43,10 +43,10 @@ from torch.nn.parameter import is_lazy
 from distrib import hooks
 from distrib.comm.optimizer_hook import register_unreplicated
 from distrib.strategies import context
-from distrib.strategies.batch_norm import synchronize_batch_norm
-from distrib.strategies.global_dropout import install_functional_dropout, use_global_batch_dropout
-from distrib.strategies.keras_global_layers import adopt_keras_layer, is_keras_layer, random_preprocessing_layers
-from distrib.strategies.share_warning import say_if_a_resize_changes_the_result
+from distrib.strategies.layer_patches.batch_norm import synchronize_batch_norm
+from distrib.strategies.layer_patches.global_dropout import install_functional_dropout, use_global_batch_dropout
+from distrib.strategies.layer_patches.keras_global_layers import adopt_keras_layer, is_keras_layer, random_preprocessing_layers
+from distrib.strategies.layer_patches.share_warning import say_if_a_resize_changes_the_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.comm.collective import Collective

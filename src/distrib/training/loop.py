@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 import torch
 
 from distrib.comm.optimizer_hook import unreplicated_steps
-from distrib.strategies import context, replica_process
+from distrib.strategies import context
+from distrib.strategies.local_replicas import replica_process
 from distrib.training import model_state, steps as step_fns
 from distrib.training.callback_setup import make_callback_list, resolve_verbose
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer

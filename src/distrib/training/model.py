@@ -308,7 +308,7 @@ class Model(ModelPersistence):
 def _hint_if_alone_on_a_busy_machine(strategy: "Strategy") -> None:
     """`distrib.config.threading.warn_if_oversubscribed` for a lone process (not a replica, not a worker)."""
     from distrib.config.threading import warn_if_oversubscribed
-    from distrib.strategies import replica_process
+    from distrib.strategies.local_replicas import replica_process
 
     dist = torch.distributed
     if (strategy.num_replicas_in_sync == 1 and replica_process.current() is None

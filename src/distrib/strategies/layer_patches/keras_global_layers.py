@@ -1,8 +1,8 @@
 """Global-batch Keras 3 layers: BatchNormalization, seeded dropout and the noise layers behave as one process.
 
 Keras 3 on the torch backend computes its layers with its own ops, not with
-torch's BatchNorm and Dropout modules, so `distrib.strategies.batch_norm` and
-`distrib.strategies.global_dropout` do not reach these:
+torch's BatchNorm and Dropout modules, so `distrib.strategies.layer_patches.batch_norm` and
+`distrib.strategies.layer_patches.global_dropout` do not reach these:
 
 * ``keras.layers.BatchNormalization`` takes its training mean and variance
   from ``_moments`` (its ``synchronized=True`` is TensorFlow-only). A layer
@@ -23,7 +23,7 @@ torch's BatchNorm and Dropout modules, so `distrib.strategies.batch_norm` and
 * Keras's seeded dropout (``Dropout(seed=)``, ``SpatialDropout1D/2D/3D``, a
   ``noise_shape``, ...) and the noise of ``GaussianNoise``, ``GaussianDropout``
   and ``AlphaDropout`` are drawn by each element's global row in a
-  multi-replica step (`distrib.strategies.keras_random`).
+  multi-replica step (`distrib.strategies.layer_patches.keras_random`).
 
 Still share-dependent: the random preprocessing layers (``RandomFlip``,
 ``RandomRotation``, ``RandomCrop``, ``RandomZoom``, ``MixUp``...: draws of
@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from distrib.strategies.batch_norm import all_reduce_sum
-from distrib.strategies.keras_random import install_keras_dropout, install_keras_noise, keyed_normal, keyed_uniform
+from distrib.strategies.layer_patches.batch_norm import all_reduce_sum
+from distrib.strategies.layer_patches.keras_random import install_keras_dropout, install_keras_noise, keyed_normal, keyed_uniform
 from distrib.utils.optional import keras_layers_class
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -17,8 +17,8 @@ import torch
 
 from distrib import hooks
 from distrib.data import batch_position
-from distrib.strategies.global_dropout import replica_id_of, stepping_strategy
-from distrib.strategies.keyed_hash import keyed_bits, keyed_keep_mask, mix32
+from distrib.strategies.layer_patches.global_dropout import replica_id_of, stepping_strategy
+from distrib.strategies.layer_patches.keyed_hash import keyed_bits, keyed_keep_mask, mix32
 
 __all__ = ["install_keras_dropout", "install_keras_noise", "keyed_uniform", "keyed_normal"]
 

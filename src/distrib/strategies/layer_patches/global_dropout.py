@@ -71,7 +71,7 @@ import torch
 from distrib import hooks
 from distrib.data import batch_position
 from distrib.strategies import context
-from distrib.strategies.keyed_hash import alpha_dropout_with, keyed_bits, keyed_keep_mask, mix32
+from distrib.strategies.layer_patches.keyed_hash import alpha_dropout_with, keyed_bits, keyed_keep_mask, mix32
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy

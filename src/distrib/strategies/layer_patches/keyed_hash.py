@@ -5,7 +5,7 @@ with a two-word key, so a row's values are the same whichever replica holds
 it and whichever rows are hashed with it; `keyed_keep_mask` thresholds them
 into a dropout mask, `alpha_dropout_with` applies torch's alpha dropout with
 such a mask, and `mix32` mixes keys made of other keys
-(`distrib.strategies.global_dropout`, `distrib.strategies.keras_random`).
+(`distrib.strategies.layer_patches.global_dropout`, `distrib.strategies.layer_patches.keras_random`).
 """
 from __future__ import annotations
 

@@ -37,9 +37,8 @@ from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.rerun import rerun_command
 from distrib.process.spawn import start_process, wait_or_kill
-from distrib.strategies.devices import parse_replica_device, parse_replica_devices
 
-__all__ = ["LocalReplicas", "ENV_VAR", "parse_replica_device", "parse_replica_devices"]
+__all__ = ["LocalReplicas", "ENV_VAR", "connect_replicas"]
 
 ENV_VAR = "DISTRIB_LOCAL_REPLICA"
 _REAP_SECONDS = 60.0  # how long replica 0, at exit, waits for each sibling before killing it

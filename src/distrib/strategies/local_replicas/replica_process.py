@@ -3,7 +3,7 @@
 TensorFlow's ``MirroredStrategy`` drives all of a machine's devices from one
 process. distrib runs one *process* per replica instead, so a program using
 ``MirroredStrategy(["cpu:0", "cpu:1"])`` runs, whole, in two processes (see
-`distrib.strategies.local_replicas`; under ``distrib launch`` each launched
+`distrib.strategies.local_replicas.connect`; under ``distrib launch`` each launched
 task is adopted as one of them). Code inside the Mirrored scope is
 replicated: each process computes its replica. Code *outside* every scope
 ran once in TF's single process, on the default strategy (or on a
