@@ -184,16 +184,16 @@ def run_distrib_ctl(counter: Counter) -> None:
 def run_distrib_fit(counter: Counter, backup_dir: str) -> None:
     distrib, torch, strategy, dataset, global_batch = _distrib_setup()
 
-    from distrib.training.loop import TrainingLoop
+    from distrib.training.trainer import Trainer
 
     # Snapshots are taken after each step's `strategy.run`, not from a callback: a callback of
     # the program's own with a batch hook makes fit agree `stop_training` after every step.
-    train_one = TrainingLoop._train_one
+    train_one = Trainer._train_one
 
     def train_one_then_snapshot(self, batch, global_batch_size):
         train_one(self, batch, global_batch_size)
         counter.snapshot()
-    TrainingLoop._train_one = train_one_then_snapshot
+    Trainer._train_one = train_one_then_snapshot
 
     class Snapshot(distrib.callbacks.Callback):
         def on_train_end(self, logs=None):  # an epoch-level hook: fit keeps its per-step traffic

@@ -5,14 +5,14 @@ Example:
     >>> loaded = distrib.models.load_model("/tmp/keras-model")
     >>> loaded.fit(dataset, epochs=2, steps_per_epoch=20)     # continues training exactly
 
-See `distrib.training.saving` for the directory layout and how the module's
+See `distrib.training.saving.model_save` for the directory layout and how the module's
 architecture is rebuilt (an importable builder recorded at save time).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from distrib.training.loading import load_model
+from distrib.training.saving.model_load import load_model
 from distrib.utils.public_names import public_dir
 
 __all__ = ["load_model", "save_model"]

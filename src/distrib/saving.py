@@ -12,13 +12,13 @@ saved model naming them loads back anywhere the package is imported::
         def get_config(self):          # the constructor arguments, as JSON
             return {"width": self.fc.in_features}
 
-See `distrib.training.registry` for the trust model: a file's names only ever
+See `distrib.training.saving.registry` for the trust model: a file's names only ever
 build ``torch.nn.Module`` subclasses or call registered / given functions.
 """
 from distrib.saved_model.options import LoadOptions, SaveOptions
-from distrib.training.registry import get_registered_name, get_registered_object, register_serializable
-from distrib.training.loading import load_model
-from distrib.training.saving import save_model
+from distrib.training.saving.model_load import load_model
+from distrib.training.saving.model_save import save_model
+from distrib.training.saving.registry import get_registered_name, get_registered_object, register_serializable
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "load_model",
            "save_model", "SaveOptions", "LoadOptions"]

@@ -17,8 +17,8 @@ os.environ.setdefault("KERAS_BACKEND", "torch")  # before the first import of ke
 keras = pytest.importorskip("keras")
 
 import distrib  # noqa: E402
-from distrib.training.serialization import SerializationError  # noqa: E402
-from distrib.training.weights import WeightsMismatchError  # noqa: E402
+from distrib.training.saving.serialization import SerializationError  # noqa: E402
+from distrib.training.saving.weights import WeightsMismatchError  # noqa: E402
 
 if keras.backend.backend() != "torch":
     pytest.skip("Keras runs on another backend (KERAS_BACKEND must be torch)", allow_module_level=True)

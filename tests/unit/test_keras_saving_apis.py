@@ -13,8 +13,8 @@ import torch
 import distrib
 from distrib.checkpoint import storage
 from distrib.saved_model import ExportError, UnsafeProgramError
-from distrib.training.serialization import SerializationError
-from distrib.training.weights import WeightsMismatchError
+from distrib.training.saving.serialization import SerializationError
+from distrib.training.saving.weights import WeightsMismatchError
 
 nn = torch.nn
 RNG = np.random.default_rng(0)

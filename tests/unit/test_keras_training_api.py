@@ -61,7 +61,7 @@ def test_float64_policy_makes_float64_variables_at_compile():
     assert all(p.dtype == torch.float64 for p in model.module.parameters())
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
-    assert model._loss_scale_optimizer is None and not isinstance(model.optimizer, LossScaleOptimizer)
+    assert model.loss_scale_optimizer is None and not isinstance(model.optimizer, LossScaleOptimizer)
 
 
 def test_mixed_float16_compile_makes_model_optimizer_a_loss_scale_optimizer_with_keras_names():

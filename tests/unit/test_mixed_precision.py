@@ -82,7 +82,7 @@ def test_fit_under_mixed_bfloat16_autocasts_the_forward_and_keeps_float32_weight
     assert all(p.dtype == torch.float32 for p in model.module.parameters())
     assert loss_dtypes and all(d == (torch.float32, torch.float32) for d in loss_dtypes)
     assert history.history["loss"][-1] < history.history["loss"][0]
-    assert model._loss_scale_optimizer is None  # bfloat16 needs no loss scaling
+    assert model.loss_scale_optimizer is None  # bfloat16 needs no loss scaling
     assert model.predict(x[:5], verbose=0).dtype == np.float32
 
 
@@ -161,7 +161,7 @@ def test_fit_under_mixed_float16_uses_dynamic_loss_scaling():
     model = _compiled([])
     x, y = _data()
     history = model.fit(x, y, batch_size=16, epochs=3, verbose=0)
-    scaler = model._loss_scale_optimizer
+    scaler = model.loss_scale_optimizer
     assert isinstance(scaler, LossScaleOptimizer) and scaler.torch_optimizer is model.torch_optimizer
     assert model.optimizer is scaler and isinstance(scaler.inner_optimizer, distrib.optimizers.SGD)  # as Keras
     assert all(s[:2] == (True, torch.float16) for s in model.module.seen)
@@ -194,4 +194,4 @@ def test_fit_under_mixed_float16_on_cuda_runs_the_forward_in_float16():
     assert seen and all(d == torch.float16 for d in seen)
     assert next(model.module.parameters()).dtype == torch.float32
     assert np.isfinite(history.history["loss"]).all()
-    assert model._loss_scale_optimizer.loss_scale > 0
+    assert model.loss_scale_optimizer.loss_scale > 0

@@ -12,7 +12,7 @@ import torch
 import distrib
 from distrib.checkpoint import storage
 from distrib.checkpoint.format import UnsafeFileError
-from distrib.training.serialization import SerializationError
+from distrib.training.saving.serialization import SerializationError
 
 X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
 Y = (np.abs(X[:, 1] * 2).astype(np.int64) % 3)

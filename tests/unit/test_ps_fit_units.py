@@ -11,7 +11,7 @@ import torch
 
 import distrib
 from distrib.data.experimental import DatasetCreator
-from distrib.training.scheduled_executor import batch_rows
+from distrib.training.execution.scheduled_executor import batch_rows
 
 
 def test_dataset_creator_wraps_a_function_and_refuses_anything_else():

@@ -15,7 +15,7 @@ from torch import nn
 import distrib
 from distrib.checkpoint import storage
 from distrib.saved_model import LoadOptions, SaveOptions
-from distrib.training.serialization import SerializationError
+from distrib.training.saving.serialization import SerializationError
 
 X = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
 

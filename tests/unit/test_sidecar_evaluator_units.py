@@ -8,8 +8,8 @@ import torch
 import distrib
 from distrib.checkpoint.storage import MARKER_NAME, CheckpointWarning
 from distrib.train import Checkpoint, CheckpointManager
-from distrib.training.sidecar import SidecarEvaluatorError
-from distrib.training.sidecar_state import SidecarStateError
+from distrib.training.sidecar.evaluator import SidecarEvaluatorError
+from distrib.training.sidecar.state import SidecarStateError
 
 X = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
 Y = (X.sum(dim=1) > 0).long()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 import distrib
-from distrib.training.stop_agreement import may_stop_during_epoch
+from distrib.training.execution.stop_agreement import may_stop_during_epoch
 
 
 class UserStopper(distrib.callbacks.Callback):

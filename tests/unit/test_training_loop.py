@@ -1,4 +1,4 @@
-"""The one step loop behind fit / evaluate / predict (`TrainingLoop`, `run_steps`) in one process."""
+"""The one step loop behind fit / evaluate / predict (`Trainer`, `run_steps`) in one process."""
 from __future__ import annotations
 
 import itertools
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import distrib
-from distrib.training import TrainingLoop
-from distrib.training.step_loop import TRAIN, Execution, run_steps
+from distrib.training import Trainer
+from distrib.training.execution.step_loop import TRAIN, Execution, run_steps
 
 
 class Recorder(distrib.callbacks.Callback):
@@ -131,7 +131,7 @@ def test_stop_training_mid_epoch_ends_fit_after_that_execution(spe):
 def test_the_loop_runs_without_the_facade():
     x, y = _data(6)
     torch.manual_seed(0)
-    loop = TrainingLoop(torch.nn.Linear(2, 1), distrib.get_strategy(), name="linear")
+    loop = Trainer(torch.nn.Linear(2, 1), distrib.get_strategy(), name="linear")
     loop.compile(optimizer="sgd", loss="mse")
     rec = Recorder(stop_at_train_batch=0)
     history = loop.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[rec])

@@ -2,25 +2,16 @@
 
 Who owns what (the package's wings; each module's docstring says the rest):
 
-* **The model and its compiled state**: `model` (the user's `Model`),
-  `model_persistence` (its state, weights, summary, save, export),
-  `compile_config` (what `compile` resolves), `loop` (`TrainingLoop`: the
-  compiled state and the one loop), `loop_host` (what the loop's parts use of it).
-* **Execution** — one step loop for every strategy: `step_loop` (the loop),
-  `fit_loop` / `fit_data` / `eval_loop` (fit's epochs, evaluate, predict),
-  `steps` (the per-replica train/test/predict steps), `step_plan` (what a step
-  would otherwise look up), `jit` (`jit_compile`), `step_executor` (the
-  contract) with `local_executor` (this process) and `scheduled_executor` /
-  `scheduled_input` (the parameter server's workers), `data_adapter` (input to
-  batches), `loss_tracker` / `global_logs` / `predict_output` (what steps
-  produce), `stop_agreement` and `callback_setup` (the user's code in a run),
-  `loop_state` (where fit is, for a backup).
-* **Saving and loading**: `saving` / `loading` (`Model.save`, `load_model`),
-  `weights` (`save_weights`), `model_state`, `architecture`, `serialization`
-  and `registry` (JSON descriptions and the names a file may use),
-  `keras_io` (Keras 3 models).
-* **The side-car evaluator**: `sidecar`, `sidecar_state`.
-* `errors`: the package's error classes, below every module that raises them.
+* **The model**: `model` (`Model`: the user's object) is a `trainer.Trainer`
+  (the compiled state, fit / evaluate / predict and the overridable steps)
+  and a `saving.model_persistence.ModelPersistence`; `compile_config` (what
+  `compile` resolves), `call_checks` (what a call checks before it runs),
+  `loop_host` (what the wings use of a trainer), `errors`.
+* **execution/**: one step loop for every strategy and the step-executor
+  contract with its two executors (this process; the parameter server's workers).
+* **saving/**: state dicts, weights, ``Model.save`` / `load_model`, the JSON
+  descriptions and the names a file may use, Keras 3 models.
+* **sidecar/**: the side-car evaluator and its state.
 
 Example:
     >>> with strategy.scope():
@@ -28,8 +19,8 @@ Example:
     ...     model.compile(loss="sparse_categorical_crossentropy", optimizer="sgd", metrics=["accuracy"])
     >>> model.fit(dataset, epochs=3, steps_per_epoch=70)
 """
-from distrib.training.loop import TrainingLoop
-from distrib.training.loop_state import TrainLoopState
+from distrib.training.execution.loop_state import TrainLoopState
 from distrib.training.model import Model
+from distrib.training.trainer import Trainer
 
-__all__ = ["Model", "TrainLoopState", "TrainingLoop"]
+__all__ = ["Model", "TrainLoopState", "Trainer"]

@@ -1,9 +1,9 @@
 """The training package's error classes, below every module that raises them.
 
-`SerializationError` (re-exported by `distrib.training.serialization`): a
+`SerializationError` (re-exported by `distrib.training.saving.serialization`): a
 compile argument or builder cannot be described as JSON, or a saved name
 cannot be rebuilt. `WeightsMismatchError` (re-exported by
-`distrib.training.weights`): saved weights do not fit the module.
+`distrib.training.saving.weights`): saved weights do not fit the module.
 
 Example:
     >>> issubclass(WeightsMismatchError, ValueError), issubclass(SerializationError, DistribError)

@@ -1,6 +1,6 @@
-"""`LoopHost`: what the fit/evaluate procedures and the step executors use of a `TrainingLoop`.
+"""`LoopHost`: what the fit/evaluate procedures and the step executors use of a `Trainer`.
 
-`distrib.training.loop.TrainingLoop` is the one implementation; the modules
+`distrib.training.trainer.Trainer` is the one implementation; the modules
 that run its epochs (`fit_loop`, `eval_loop`) and execute its steps
 (`local_executor`, `scheduled_executor`), and the step functions and state
 helpers it calls (`steps`, `model_state`), see it through this protocol, so
@@ -15,23 +15,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from distrib.strategies.interface import Strategy
     from distrib.training.compile_config import CompiledLoss, CompiledMetrics
-    from distrib.training.loop_state import TrainLoopState
-    from distrib.training.loss_tracker import LossTracker
-    from distrib.training.step_loop import Phase
-    from distrib.training.jit import JitForward
-    from distrib.training.step_plan import StepPlan
+    from distrib.training.execution.loop_state import TrainLoopState
+    from distrib.training.execution.loss_tracker import LossTracker
+    from distrib.training.execution.step_loop import Phase
+    from distrib.training.execution.jit import JitForward
+    from distrib.training.execution.step_plan import StepPlan
     from distrib.utils.pending_restore import PendingRestore
 
 __all__ = ["LoopHost"]
 
 
 class LoopHost(Protocol):
-    """The compiled state and per-call state of a training loop (see `TrainingLoop`)."""
+    """The compiled state and per-call state of a training loop (see `distrib.training.trainer.Trainer`)."""
 
     module: "torch.nn.Module"
     strategy: "Strategy"
     name: str
-    owner: Any
     optimizer: Any
     torch_optimizer: Optional["torch.optim.Optimizer"]
     loss_scale_optimizer: Any

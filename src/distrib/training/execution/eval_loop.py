@@ -4,7 +4,7 @@ Evaluation resets the metrics, runs ``test_step`` over its input with the
 strategy's step executor, resolves what still runs elsewhere and returns the
 global logs, between ``on_test_begin`` and ``on_test_end``. Prediction runs
 ``predict_step`` in this process for every strategy (the predictions are
-wanted here) and assembles them in input order (`distrib.training.predict_output`).
+wanted here) and assembles them in input order (`distrib.training.execution.predict_output`).
 
 Example:
     >>> logs = run_evaluation(loop, executor, executor.eval_input(x, y, batch_size=8, sample_weight=None,
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from distrib.training.execution.predict_output import assemble, concat, rows_of
+from distrib.training.execution.step_executor import EvalInput, StepExecutor
+from distrib.training.execution.step_loop import PREDICT, TEST, batch_logs_for, run_steps
 from distrib.training.loop_host import LoopHost
-from distrib.training.predict_output import assemble, concat, rows_of
-from distrib.training.step_executor import EvalInput, StepExecutor
-from distrib.training.step_loop import PREDICT, TEST, batch_logs_for, run_steps
 
 __all__ = ["run_evaluation", "run_predict"]
 

@@ -1,7 +1,7 @@
 """The step-executor contract: how the one training loop's steps execute under a strategy.
 
-`TrainingLoop` runs fit, evaluate and predict the same way for every
-strategy (`distrib.training.fit_loop`, `distrib.training.eval_loop`); what
+`distrib.training.trainer.Trainer` runs fit, evaluate and predict the same way for every
+strategy (`distrib.training.execution.fit_loop`, `distrib.training.execution.eval_loop`); what
 differs is where the data is read and where the steps run. A `StepExecutor`
 supplies both:
 
@@ -14,11 +14,12 @@ supplies both:
   states, buffers) to the loop's, returning how many of their steps did not
   run because the data ran out.
 
-The strategy chooses the executor through `Strategy.step_scheduler`
-(`executor_for`): without a scheduler (every replicated strategy) a
-`distrib.training.local_executor.LocalExecutor` runs each step here, now;
+This module is the contract alone, below both executors, which implement
+it. The trainer chooses one through `Strategy.step_scheduler`
+(`distrib.training.trainer.executor_for`): without a scheduler (every replicated strategy) a
+`distrib.training.execution.local_executor.LocalExecutor` runs each step here, now;
 with one (the parameter server's chief) a
-`distrib.training.scheduled_executor.ScheduledExecutor` schedules one
+`distrib.training.execution.scheduled_executor.ScheduledExecutor` schedules one
 function per execution on a worker and resolves the results when the loop
 needs logs: at the end of an epoch or evaluation, and at the batch ends where
 a callback of the user's reads batch logs (`eager_batch_logs` is False).
@@ -36,12 +37,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
 
-from distrib.training.local_executor import LocalExecutor
-from distrib.training.loop_host import LoopHost
-from distrib.training.scheduled_executor import ScheduledExecutor
-from distrib.training.step_loop import Execution, Phase
+from distrib.training.execution.step_loop import Execution, Phase
 
-__all__ = ["EpochInput", "EvalInput", "StepExecutor", "executor_for"]
+__all__ = ["EpochInput", "EvalInput", "StepExecutor"]
 
 
 class EpochInput(Protocol):
@@ -99,8 +97,3 @@ class StepExecutor(Protocol):
     def resolve(self) -> int:
         """Wait for the executions started so far and fold in their results; returns the steps that did not run."""
 
-
-def executor_for(loop: LoopHost) -> StepExecutor:
-    """How ``loop``'s steps execute: scheduled where its strategy has a step scheduler, else here."""
-    scheduler = loop.strategy.step_scheduler()
-    return LocalExecutor(loop) if scheduler is None else ScheduledExecutor(loop, scheduler)

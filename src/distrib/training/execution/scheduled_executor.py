@@ -6,8 +6,8 @@ whose scheduler is its `ClusterCoordinator`). For each execution of up to
 that runs those steps on whichever worker is free, as tf.keras wraps its
 train function in ``coordinator.schedule``:
 
-* the function carries the `TrainingLoop` itself (its compiled state, see
-  ``TrainingLoop.__getstate__``): the module, optimizer and metrics travel
+* the function carries the `Trainer` itself (its compiled state, see
+  ``Trainer.__getstate__``): the module, optimizer and metrics travel
   by reference (each worker keeps one copy), the loss and metric container
   by value; it runs the loop's own step function (``model.train_step``)
   with ``strategy.run`` on the worker, re-reading the variables from the ps
@@ -41,11 +41,12 @@ import torch
 
 from distrib.data.batch_split import leading_rows
 from distrib.strategies.step_scheduler import ScheduledResult, StepScheduler
-from distrib.training import steps as step_fns
-from distrib.training.scheduled_input import (ScheduledEpochs, ScheduledEval, build_on_chief, dataset_recipe,
+from distrib.training.execution import steps as step_fns
+from distrib.training.execution.scheduled_input import (ScheduledEpochs, ScheduledEval, build_on_chief, dataset_recipe,
                                               per_worker_iterator, refuse_array_options, required_steps)
+from distrib.training.execution.step_executor import StepExecutor
+from distrib.training.execution.step_loop import TRAIN, Execution, Phase
 from distrib.training.loop_host import LoopHost
-from distrib.training.step_loop import TRAIN, Execution, Phase
 
 __all__ = ["ScheduledExecutor", "run_execution", "batch_rows"]
 
@@ -98,7 +99,7 @@ def run_execution(loop: LoopHost, iterator: Iterator[Any], steps: int, phase: Ph
             "steps": done, "buffers": _buffers(loop.module) if training else {}}
 
 
-class ScheduledExecutor:
+class ScheduledExecutor(StepExecutor):
     """Schedules one function per execution (see the module docstring).
 
     Args:

@@ -1,4 +1,4 @@
-"""`Model.save`: a directory that rebuilds a compiled, trainable model (`distrib.training.loading` reads it back).
+"""`Model.save`: a directory that rebuilds a compiled, trainable model (`distrib.training.saving.model_load` reads it back).
 
 Layout (a verified checkpoint directory, committed atomically)::
 
@@ -13,13 +13,13 @@ How the architecture is recovered (weights alone cannot rebuild a ``torch.nn.Mod
 * ``distrib.Model(module, builder="pkg.models:build_cnn", builder_kwargs={"width": 64})``
   records that builder; loading calls ``build_cnn(width=64)`` if the loading
   program allows it (a registered function, ``custom_objects``, or a module
-  class: see `distrib.training.registry` for the trust model). It may return
+  class: see `distrib.training.saving.registry` for the trust model). It may return
   a module or a ``distrib.Model``.
 * A Keras 3 model is recorded with Keras's own serialisation and its
-  variables by position (`distrib.training.keras_io`), so it loads back even
+  variables by position (`distrib.training.saving.keras_io`), so it loads back even
   after other Keras models were built; a path ending in ``.keras`` is written
   by Keras itself (a torch module saved to such a path gets the directory format).
-* Otherwise the module tree is described as JSON (`distrib.training.architecture`):
+* Otherwise the module tree is described as JSON (`distrib.training.saving.architecture`):
   standard ``torch.nn`` layers by their arguments; the user's own module
   classes by their registered name (`distrib.saving.register_serializable`),
   import path, or ``__main__`` name, and their ``get_config()``.
@@ -52,9 +52,9 @@ import torch
 from distrib.checkpoint import storage
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
 from distrib.checkpoint.format import copy_state
-from distrib.training import keras_io
-from distrib.training.architecture import describe
-from distrib.training.serialization import importable_path
+from distrib.training.saving import keras_io
+from distrib.training.saving.architecture import describe
+from distrib.training.saving.serialization import importable_path
 
 __all__ = ["save_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
 

@@ -12,7 +12,7 @@ so `distrib.train.latest_checkpoint(dir)` finds the newest complete one
 (``ckpt_3`` or ``ckpt-3``). ``load_weights`` reads such a directory or a
 plain ``.safetensors`` file (e.g. one written by ``safetensors.torch.save_file``).
 The keys are the module's ``state_dict`` keys (a Keras model's variables by
-position, see `distrib.training.keras_io`), which do not depend on the
+position, see `distrib.training.saving.keras_io`), which do not depend on the
 strategy or the number of replicas, so weights saved by 2 workers load into
 the same architecture under one process or any other strategy.
 
@@ -44,7 +44,7 @@ _MAX_LISTED = 3
 
 
 def _weights(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    from distrib.training.keras_io import is_keras_model, keras_weights
+    from distrib.training.saving.keras_io import is_keras_model, keras_weights
 
     if is_keras_model(module):  # by position: Keras's state_dict keys depend on what was built before
         return keras_weights(module)
@@ -111,7 +111,7 @@ def load_weights(model: Any, filepath: Union[str, Any]) -> None:
             "that ModelCheckpoint / save_weights wrote")
     filepath = str(filepath).rstrip("/")
     state = read_weights(filepath)
-    from distrib.training.keras_io import assign_keras_weights, is_keras_model, is_keras_state
+    from distrib.training.saving.keras_io import assign_keras_weights, is_keras_model, is_keras_state
 
     if is_keras_model(model.module) and is_keras_state(state):
         assign_keras_weights(model.module, state, f"load_weights({filepath})")

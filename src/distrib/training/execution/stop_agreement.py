@@ -37,9 +37,9 @@ def _users(obj: Any, name: str) -> bool:
     return False
 
 
-def may_stop_during_epoch(callbacks: Iterable[Any], owner: Any) -> bool:
+def may_stop_during_epoch(callbacks: Iterable[Any], model: Any) -> bool:
     """True if user code that runs during an epoch may set ``stop_training`` on this worker."""
-    if _users(owner, "train_step"):
+    if _users(model, "train_step"):
         return True
     return any(_users(c, hook) for c in callbacks for hook in _DURING_EPOCH)
 

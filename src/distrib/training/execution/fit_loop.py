@@ -1,7 +1,7 @@
 """`run_fit`: the epochs of `Model.fit`, for every strategy.
 
 Per epoch: reset the metrics (a mid-epoch resume keeps the restored ones),
-``on_epoch_begin``, the steps (`distrib.training.step_loop.run_steps`, each
+``on_epoch_begin``, the steps (`distrib.training.execution.step_loop.run_steps`, each
 execution run by the strategy's step executor), then `resolve` (wait for
 steps still running elsewhere), the epoch's logs, validation every
 ``validation_freq`` epochs (``val_`` logs) and ``on_epoch_end``. An epoch
@@ -13,7 +13,7 @@ step, applying the restored data position to the iterator it belongs to.
 
 ``stop_training`` is agreed by every worker at each epoch end, and after
 every execution too when some worker runs the user's code during the epoch
-(`distrib.training.stop_agreement`).
+(`distrib.training.execution.stop_agreement`).
 
 Example (what a recording callback sees: 1 epoch of 3 steps, ``steps_per_execution=2``, validation):
     on_train_begin; on_epoch_begin(0)
@@ -26,12 +26,12 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from distrib.training.eval_loop import run_evaluation
-from distrib.training.fit_data import draw_seed, should_validate
+from distrib.training.execution.eval_loop import run_evaluation
+from distrib.training.execution.fit_data import draw_seed, should_validate
+from distrib.training.execution.step_executor import EpochInput, EvalInput, StepExecutor
+from distrib.training.execution.step_loop import TRAIN, batch_logs_for, default_log_every, run_steps
+from distrib.training.execution.stop_agreement import may_stop_during_epoch
 from distrib.training.loop_host import LoopHost
-from distrib.training.step_executor import EpochInput, EvalInput, StepExecutor
-from distrib.training.step_loop import TRAIN, batch_logs_for, default_log_every, run_steps
-from distrib.training.stop_agreement import may_stop_during_epoch
 
 __all__ = ["run_fit"]
 
@@ -48,7 +48,7 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
     loop.stop_training = False
     collective = loop.strategy.collective
     stop_each_step = collective.distributed and collective.agree_any(
-        may_stop_during_epoch(cbs.callbacks, loop.owner))
+        may_stop_during_epoch(cbs.callbacks, loop))
     should_stop = loop.agreed_stop if stop_each_step else loop.local_stop
     state.epoch, state.step_in_epoch, state.epoch_done = initial_epoch, 0, False
     loop.module.train()

@@ -1,82 +1,84 @@
-"""`TrainingLoop`: a model's compiled state and the one loop behind fit, evaluate and predict.
+"""`Trainer`: a model's compiled state and the one loop behind fit, evaluate and predict.
 
-A `distrib.Model` is a thin facade over one `TrainingLoop` (``model.loop``).
-The loop owns what ``compile`` resolves (optimizer, loss, metrics, the loss
-tracker, ``steps_per_execution``), the strategy, the callbacks of the call
-in progress, ``stop_training``, ``history`` and the `TrainLoopState` that
-`BackupAndRestore` saves.
+`distrib.Model` is a `Trainer` (as Keras's ``Model`` is its ``Trainer``): the
+trainer owns what ``compile`` resolves (optimizer, loss, metrics, the loss
+tracker, ``steps_per_execution``), the strategy, the callbacks of the call in
+progress, ``stop_training``, ``history`` and the `TrainLoopState` that
+`BackupAndRestore` saves; ``train_step`` / ``test_step`` / ``predict_step``
+are plain methods a subclass may override.
 
 Every strategy trains through the same loop: `fit` runs its epochs with
-`distrib.training.fit_loop.run_fit`, `evaluate` (and fit's validation)
-with `distrib.training.eval_loop.run_evaluation`, `predict` with
-`run_predict`, all over `distrib.training.step_loop.run_steps`. What a
-strategy changes is how a step executes, through the step-executor contract
-(`distrib.training.step_executor`, chosen by its `executor_for`): replicated
-strategies run each step here (``train_step`` / ``test_step`` /
-``predict_step``, looked up on the owner so a `Model` subclass may override
-them); the parameter server's chief schedules one function per
-``steps_per_execution`` steps on its workers and resolves their results
-when logs are needed.
+`distrib.training.execution.fit_loop.run_fit`, `evaluate` (and fit's
+validation) with `distrib.training.execution.eval_loop.run_evaluation`,
+`predict` with `run_predict`, all over
+`distrib.training.execution.step_loop.run_steps`. What a strategy changes is
+how a step executes, through the step-executor contract
+(`distrib.training.execution.step_executor`, chosen by `executor_for`):
+replicated strategies run each step here; the parameter server's chief
+schedules one function per ``steps_per_execution`` steps on its workers and
+resolves their results when logs are needed.
 
-Example (the loop without the facade; callbacks then see the loop as ``self.model``):
-    >>> loop = TrainingLoop(torch.nn.Linear(1, 1), distrib.get_strategy(), name="linear")
-    >>> loop.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
-    >>> sorted(loop.fit(np.ones((8, 1)), np.ones((8, 1)), batch_size=2, epochs=1, verbose=0).history)
-    ['loss']
+Example (a subclass's step; the loop runs it under every strategy):
+    >>> class Counting(distrib.Model):
+    ...     def train_step(self, data, global_batch_size):
+    ...         self.seen = getattr(self, "seen", 0) + 1
+    ...         return super().train_step(data, global_batch_size)
+    >>> model = Counting(torch.nn.Linear(1, 1))
+    >>> model.compile(optimizer="sgd", loss="mse")
+    >>> _ = model.fit(np.ones((8, 1)), np.ones((8, 1)), batch_size=2, verbose=0)
+    >>> model.seen
+    4
 """
 from __future__ import annotations
 
-import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
 
-from distrib.comm.optimizer_hook import unreplicated_steps
-from distrib.strategies import context
-from distrib.strategies.local_replicas import replica_process
-from distrib.training import model_state, steps as step_fns
-from distrib.training.callback_setup import make_callback_list, resolve_verbose
+from distrib.training.call_checks import (check_scope, check_steps, hint_if_alone_on_a_busy_machine,
+                                          require_compiled, unreplicated_training)
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
-from distrib.training.eval_loop import run_evaluation, run_predict
-from distrib.training.fit_data import validate_fit_args
-from distrib.training.fit_loop import run_fit
-from distrib.training.global_logs import global_logs
-from distrib.training.jit import JitForward, resolve_jit_compile
-from distrib.training.local_executor import LocalExecutor
-from distrib.training.loop_state import TrainLoopState
-from distrib.training.loss_tracker import LossTracker
-from distrib.training.predict_output import concat
-from distrib.training.serialization import to_spec
-from distrib.training.step_executor import executor_for
-from distrib.training.step_loop import PREDICT, TEST, TRAIN, Phase
-from distrib.training.step_plan import StepPlan
+from distrib.training.execution import steps as step_fns
+from distrib.training.execution.callback_setup import make_callback_list, resolve_verbose
+from distrib.training.execution.eval_loop import run_evaluation, run_predict
+from distrib.training.execution.fit_data import validate_fit_args
+from distrib.training.execution.fit_loop import run_fit
+from distrib.training.execution.global_logs import global_logs
+from distrib.training.execution.jit import JitForward, resolve_jit_compile
+from distrib.training.execution.local_executor import LocalExecutor
+from distrib.training.execution.loop_state import TrainLoopState
+from distrib.training.execution.loss_tracker import LossTracker
+from distrib.training.execution.predict_output import concat
+from distrib.training.execution.scheduled_executor import ScheduledExecutor
+from distrib.training.execution.step_executor import StepExecutor
+from distrib.training.execution.step_loop import PREDICT, TEST, TRAIN, Phase
+from distrib.training.execution.step_plan import StepPlan
+from distrib.training.saving import model_state
+from distrib.training.saving.serialization import to_spec
 from distrib.utils.pending_restore import PendingRestore
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["TrainingLoop"]
+__all__ = ["Trainer", "executor_for"]
 
 Logs = Dict[str, Any]
 
 
-class TrainingLoop:
-    """Compiled state plus fit / evaluate / predict over one step loop.
+class Trainer:
+    """Compiled state plus fit / evaluate / predict over one step loop (the base of `distrib.Model`).
 
     Args:
         module: the network.
         strategy: the strategy every call runs under.
         name: used in error messages.
-        owner: what callbacks see as ``self.model`` and where the step
-            functions are looked up (the `distrib.Model`); defaults to the loop.
     """
 
-    def __init__(self, module: torch.nn.Module, strategy: "Strategy", *, name: str, owner: Any = None) -> None:
+    def __init__(self, module: torch.nn.Module, strategy: "Strategy", *, name: str) -> None:
         self.module = module
         self.strategy = strategy
         self.name = name
-        self.owner: Any = owner if owner is not None else self
         self.train_loop_state = TrainLoopState()
         #: Steps between log/progress updates; None: about 16 per epoch.
         self.log_every: Optional[int] = None
@@ -85,7 +87,7 @@ class TrainingLoop:
         #: The `CallbackList` of the fit/evaluate/predict call in progress (or the last one).
         self.callbacks: Any = None
         self.compile_args: Optional[Dict[str, Any]] = None
-        self.steps_per_execution = 1
+        self._steps_per_execution = 1
         self.optimizer: Any = None
         self.torch_optimizer: Optional[torch.optim.Optimizer] = None
         #: fit's loss scaling under the mixed_float16 policy (made on first use).
@@ -95,7 +97,7 @@ class TrainingLoop:
         self.loss_tracker = LossTracker(strategy)
         #: Metric state restored before the metrics were built (applied on the first batch).
         self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
-        #: What this call's steps look up once (`distrib.training.step_plan`); None: resolve at the next step.
+        #: What this call's steps look up once (`distrib.training.execution.step_plan`); None: resolve at the next step.
         self.step_plan: Optional[StepPlan] = None
         #: The compiled forward pass and loss (``compile(jit_compile=True)``), or None: eager.
         self.jit: Optional[JitForward] = None
@@ -104,6 +106,17 @@ class TrainingLoop:
     @property
     def distribute_strategy(self) -> "Strategy":
         return self.strategy
+
+    @property
+    def steps_per_execution(self) -> int:
+        """Steps between batch-level callback calls (``compile(steps_per_execution=...)``)."""
+        return self._steps_per_execution
+
+    @steps_per_execution.setter
+    def steps_per_execution(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"steps_per_execution must be a positive int, got {value!r}")
+        self._steps_per_execution = value
 
     @property
     def compiled(self) -> bool:
@@ -128,8 +141,28 @@ class TrainingLoop:
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None, loss_weights: Any = None,
                 steps_per_execution: int = 1, jit_compile: Any = "auto", run_eagerly: bool = False) -> None:
-        """See `distrib.Model.compile`."""
-        self.check_scope("compile")
+        """Configure the model for training (Keras's ``Model.compile``).
+
+        Args:
+            optimizer: a name (``"sgd"``, ``"adam"``, ``"rmsprop"``: Keras
+                defaults), a `distrib.optimizers` object, or a torch optimizer.
+            loss: a Keras loss name, a `distrib.losses` object, a torch loss
+                module or a callable ``fn(y_true, y_pred)`` returning per-example
+                losses; for several outputs a list/dict of those.
+            metrics: a list of metric names or `distrib.metrics` objects (for
+                several outputs, a dict or one list per output).
+            loss_weights: scalar weights of each output's loss.
+            steps_per_execution: steps run between two calls of the batch-level
+                callbacks (``on_*_batch_begin`` gets the first step's index,
+                ``on_*_batch_end`` the last's), as in Keras. The steps
+                themselves and the trained weights do not change.
+            jit_compile: True compiles each step's forward pass and loss with
+                ``torch.compile`` (see `distrib.training.execution.jit`; where it cannot be one
+                graph, one warning line and the step runs eagerly); ``"auto"``
+                (the default) and False run eagerly, as Keras's torch backend does.
+            run_eagerly: True runs eagerly whatever ``jit_compile`` says.
+        """
+        check_scope(self.strategy, "compile")
         jit = resolve_jit_compile(jit_compile) and not run_eagerly
         if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int) \
                 or steps_per_execution < 1:
@@ -154,53 +187,23 @@ class TrainingLoop:
         self.metric_restore.apply(self.apply_metric_state)
 
     def get_compile_config(self) -> Optional[Dict[str, Any]]:
-        """The compile arguments as JSON specs (see `distrib.training.serialization`)."""
+        """The compile arguments as JSON specs (see `distrib.training.saving.serialization`)."""
         if self.compile_args is None:
             return None
         return {k: v if k == "jit_compile" else to_spec(v, f"compile({k}=...)")
                 for k, v in self.compile_args.items()}
 
-    def check_scope(self, what: str) -> None:
-        """Raise if ``model.<what>()`` runs under another strategy's scope, or alone in a multi-worker job."""
-        current = context.current_scope_strategy()
-        if current is not None and current is not self.strategy:
-            raise RuntimeError(
-                f"model.{what}() called under {type(current).__name__}.scope() but the model was created "
-                f"under {type(self.strategy).__name__}: create (and compile) the model inside the scope of "
-                "the strategy that runs it")
-        # Only training alone is refused: evaluating/predicting an unreplicated model is TF's behaviour too.
-        # In a local-replica process an unreplicated model trains as in TF's one process (replica_process);
-        # one made in a OneDeviceStrategy's scope trains alone in each worker on purpose, as in TF.
-        if (what == "fit" and context.is_default_strategy(self.strategy) and _distributed_world_size() > 1
-                and replica_process.current() is None):
-            raise RuntimeError(
-                f"model.{what}(): this process is one of {_distributed_world_size()} workers but the model was "
-                "created outside any strategy scope, so it would train alone; create it inside "
-                "`with strategy.scope():`")
-
-    def _unreplicated_training(self) -> Any:
-        """An unreplicated model trained in a local-replica process trains there on purpose (replica_process); its weights must agree."""
-        if self.strategy.num_replicas_in_sync == 1 and replica_process.current() is not None:
-            replica_process.check_same_weights(self.module, "model.fit()")
-            return unreplicated_steps()
-        return contextlib.nullcontext()
-
-    def require_compiled(self, what: str) -> None:
-        """Raise unless `compile` ran (with a loss, for fit and evaluate)."""
-        if self.compile_args is None:
-            raise RuntimeError(f"model.{what}() needs a compiled model: call model.compile(optimizer=..., "
-                               f"loss=...) first")
-        if self.compiled_loss is None and what in ("fit", "evaluate"):
-            raise RuntimeError(f"model.{what}() needs a loss: call model.compile(loss=...) with a loss")
-
     # ------------------------------------------------------------ steps
     def train_step(self, data: Any, global_batch_size: int) -> torch.Tensor:
+        """One training step on this replica's part of a global batch; returns its loss share."""
         return step_fns.train_step(self, data, global_batch_size)
 
     def test_step(self, data: Any, global_batch_size: int) -> torch.Tensor:
+        """One evaluation step on this replica's part of a global batch; returns its loss share."""
         return step_fns.test_step(self, data, global_batch_size)
 
     def predict_step(self, x: Any) -> Any:
+        """Predictions for this replica's part of a global batch."""
         return step_fns.predict_step(self, x)
 
     def reset_metrics(self) -> None:
@@ -223,16 +226,16 @@ class TrainingLoop:
         return {TRAIN: self._train_one, TEST: self._test_one, PREDICT: self._predict_one}[phase]
 
     def _train_one(self, batch: Any, global_batch_size: int) -> None:
-        self.strategy.run(self.owner.train_step, (batch, global_batch_size))
+        self.strategy.run(self.train_step, (batch, global_batch_size))
         self.loss_tracker.count_step(global_batch_size)
 
     def _test_one(self, batch: Any, global_batch_size: int) -> None:
-        self.strategy.run(self.owner.test_step, (batch, global_batch_size))
+        self.strategy.run(self.test_step, (batch, global_batch_size))
         self.loss_tracker.count_step(global_batch_size)
 
     def _predict_one(self, batch: Any, _global_batch_size: int) -> Any:
         x_part, _, _ = step_fns.unpack(batch)
-        parts = self.strategy.own_results(self.strategy.run(self.owner.predict_step, (x_part,)))
+        parts = self.strategy.own_results(self.strategy.run(self.predict_step, (x_part,)))
         return parts[0] if len(parts) == 1 else concat(list(parts))  # the replicas of this process
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -255,13 +258,27 @@ class TrainingLoop:
             validation_steps: Optional[int] = None, validation_freq: Any = 1, initial_epoch: int = 0,
             steps_per_epoch: Optional[int] = None, shuffle: bool = True, class_weight: Optional[Dict] = None,
             sample_weight: Any = None, validation_split: float = 0.0) -> Any:
-        """See `distrib.Model.fit`; returns the `History`."""
-        self.check_scope("fit")
-        self.require_compiled("fit")
+        """Train for ``epochs`` epochs; returns the `History` (Keras's ``Model.fit``).
+
+        ``x`` may be a batched `distrib.data.Dataset` (each element one
+        *global* batch), a distributed dataset, a torch ``DataLoader`` or
+        map-style ``Dataset``, or arrays/tensors with ``y`` (batched by
+        ``batch_size``, default 32, as the global batch). Each global batch is
+        split evenly among the replicas.
+
+        With ``steps_per_epoch`` on a dataset that runs out first, training
+        warns and stops at the end of that epoch (Keras's behaviour).
+        ``validation_split`` (arrays only) holds out the last fraction of the
+        examples, before shuffling, as validation data when no
+        ``validation_data`` is given.
+        """
+        hint_if_alone_on_a_busy_machine(self.strategy)
+        check_scope(self.strategy, "fit")
+        require_compiled(self.compiled, self.compiled_loss is not None, "fit")
         validate_fit_args(epochs, initial_epoch, steps_per_epoch, validation_freq, validation_split)
         self.step_plan = None
         executor = executor_for(self)
-        with self.strategy.scope(), self._unreplicated_training():
+        with self.strategy.scope(), unreplicated_training(self.strategy, self.module):
             train, validation = executor.fit_inputs(
                 x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                 sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
@@ -292,10 +309,10 @@ class TrainingLoop:
     def evaluate(self, x: Any = None, y: Any = None, batch_size: Optional[int] = None, verbose: Any = "auto",
                  sample_weight: Any = None, steps: Optional[int] = None, callbacks: Any = None,
                  return_dict: bool = False) -> Any:
-        """See `distrib.Model.evaluate`."""
-        self.check_scope("evaluate")
-        self.require_compiled("evaluate")
-        _check_steps("evaluate", steps)
+        """Loss and metrics over the data, identical on every worker (Keras's ``Model.evaluate``)."""
+        check_scope(self.strategy, "evaluate")
+        require_compiled(self.compiled, self.compiled_loss is not None, "evaluate")
+        check_steps("evaluate", steps)
         self.step_plan = None
         executor = executor_for(self)
         with self.strategy.scope():
@@ -311,9 +328,10 @@ class TrainingLoop:
     # ---------------------------------------------------------- predict
     def predict(self, x: Any, batch_size: Optional[int] = None, verbose: Any = "auto", steps: Optional[int] = None,
                 callbacks: Any = None) -> Any:
-        """See `distrib.Model.predict` and `distrib.training.predict_output` (runs in this process)."""
-        self.check_scope("predict")
-        _check_steps("predict", steps)
+        """All predictions, in input order, as numpy arrays on every worker
+        (`distrib.training.execution.predict_output`; the steps run in this process)."""
+        check_scope(self.strategy, "predict")
+        check_steps("predict", steps)
         self.step_plan = None
         executor = LocalExecutor(self)
         with self.strategy.scope():
@@ -326,7 +344,7 @@ class TrainingLoop:
     def make_callbacks(self, callbacks: Any, verbose: Any, *, fit: bool, epochs: int, steps: Optional[int],
                        log_every: int) -> Any:
         """The `CallbackList` of one call (History added for fit); kept as ``self.callbacks``."""
-        cbs, history = make_callback_list(self.owner, callbacks, verbose=resolve_verbose(verbose, self.strategy),
+        cbs, history = make_callback_list(self, callbacks, verbose=resolve_verbose(verbose, self.strategy),
                                           add_history=fit, epochs=epochs, steps=steps, log_every=log_every)
         if fit:
             self.history = history
@@ -334,13 +352,7 @@ class TrainingLoop:
         return cbs
 
 
-def _check_steps(what: str, steps: Optional[int]) -> None:
-    if steps is not None and (not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"{what}(steps=...) must be a positive int or None, got {steps!r}")
-
-
-def _distributed_world_size() -> int:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
+def executor_for(trainer: Trainer) -> StepExecutor:
+    """How ``trainer``'s steps execute: scheduled where its strategy has a step scheduler, else here."""
+    scheduler = trainer.strategy.step_scheduler()
+    return LocalExecutor(trainer) if scheduler is None else ScheduledExecutor(trainer, scheduler)

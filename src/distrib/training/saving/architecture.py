@@ -13,7 +13,7 @@ arguments, read back from the layer's attributes of the same names::
 A module of the user's own class is recorded as ``{"custom": name, "config":
 module.get_config()}`` (``config`` None when its constructor needs no
 arguments), ``name`` being its registered name, import path or ``__main__``
-name; rebuilding resolves it with `distrib.training.registry` (only
+name; rebuilding resolves it with `distrib.training.saving.registry` (only
 ``torch.nn.Module`` subclasses are ever built). Standard layers are looked up
 in ``torch.nn`` only; nothing is unpickled. A description is only
 recorded when rebuilding it gives a module with the same ``repr`` and the
@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from distrib.training.serialization import SerializationError
+from distrib.training.saving.serialization import SerializationError
 
 __all__ = ["describe", "rebuild"]
 
@@ -106,8 +106,8 @@ def _describe_custom(module: torch.nn.Module, seen: Dict[str, type]) -> Dict[str
     A class defined inside a function is recorded by ``module:qualname`` too; loading
     it then needs ``custom_objects``.
     """
-    from distrib.training.registry import class_name
-    from distrib.training.serialization import _jsonable
+    from distrib.training.saving.registry import class_name
+    from distrib.training.saving.serialization import _jsonable
 
     cls = type(module)
     name = class_name(cls) or f"{cls.__module__}:{cls.__qualname__}"
@@ -159,7 +159,7 @@ def rebuild(spec: Any, where: str = "architecture", custom_objects: Optional[Dic
     """A fresh module (new weights) from `describe`'s output.
 
     Only ``torch.nn`` classes and ``torch.nn.Module`` subclasses resolved by
-    `distrib.training.registry.resolve_module_class` are created.
+    `distrib.training.saving.registry.resolve_module_class` are created.
 
     Raises:
         SerializationError: the description names an unknown class or is malformed.
@@ -173,7 +173,7 @@ def _rebuild(spec: Any, where: str, depth: int, custom_objects: Optional[Dict[st
         raise SerializationError(f"{where}: malformed saved architecture (expected an object, nested at most "
                                  f"{_MAX_DEPTH} deep)")
     if "custom" in spec:
-        from distrib.training.registry import build_module, resolve_module_class
+        from distrib.training.saving.registry import build_module, resolve_module_class
 
         cls = resolve_module_class(spec["custom"], custom_objects, safe_mode, where)
         return build_module(cls, spec.get("config"), where)

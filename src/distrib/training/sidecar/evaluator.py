@@ -49,8 +49,8 @@ from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import numbered_checkpoints
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.errors import DistribError
-from distrib.training.sidecar_state import STATE_FILE as SIDECAR_STATE_FILE
-from distrib.training.sidecar_state import SidecarState
+from distrib.training.sidecar.state import STATE_FILE as SIDECAR_STATE_FILE
+from distrib.training.sidecar.state import SidecarState
 
 __all__ = ["SidecarEvaluator", "SidecarEvaluatorError", "EVAL_DIR"]
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 import torch
 
 from distrib.errors import DistribError
-from distrib.utils.optional import keras_layers_class
 from distrib.training.errors import SerializationError, WeightsMismatchError
+from distrib.utils.optional import keras_layers_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy

@@ -6,7 +6,7 @@
 per execution: ``on_*_batch_begin`` with the execution's first step index
 before it runs, ``on_*_batch_end`` with its last step index after (Keras 3's
 convention). How an execution runs is the step executor's business
-(`distrib.training.step_executor`): in this process, or scheduled as one
+(`distrib.training.execution.step_executor`): in this process, or scheduled as one
 function on a parameter-server worker. Logs are computed only when an
 execution crosses a multiple of ``log_every`` or ends the loop (at the same
 steps on every worker, since computing them is a collective); the other
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from distrib.training.stop_agreement import reads_batch_logs
+from distrib.training.execution.stop_agreement import reads_batch_logs
 
 __all__ = ["Phase", "TRAIN", "TEST", "PREDICT", "Execution", "Execute", "StepLoopResult", "run_steps",
            "batch_logs_for", "default_log_every"]

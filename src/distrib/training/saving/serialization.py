@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.training.errors import SerializationError
-from distrib.training.registry import find, import_by_path, importable_path, is_registered
+from distrib.training.saving.registry import find, import_by_path, importable_path, is_registered
 
 __all__ = ["to_spec", "from_spec", "import_by_path", "importable_path", "SerializationError"]
 

@@ -30,9 +30,9 @@ from distrib.data.dataset import Dataset
 from distrib.data.dataset_creator import DatasetCreator
 from distrib.data.input_context import InputContext
 from distrib.strategies.step_scheduler import StepScheduler
-from distrib.training import steps as step_fns
+from distrib.training.execution import steps as step_fns
+from distrib.training.execution.step_loop import default_log_every
 from distrib.training.loop_host import LoopHost
-from distrib.training.step_loop import default_log_every
 
 __all__ = ["OUT_OF_DATA_WARNING", "required_steps", "dataset_recipe", "refuse_array_options", "ScheduledEpochs",
            "ScheduledEval", "build_on_chief"]

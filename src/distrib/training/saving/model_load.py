@@ -1,8 +1,8 @@
 """`load_model`: rebuild, restore and compile a model from the directory `Model.save` wrote.
 
 The directory's layout, and how the architecture is recorded, are described
-in `distrib.training.saving`; the names a file may give are resolved by the
-rules of `distrib.training.registry`.
+in `distrib.training.saving.model_save`; the names a file may give are resolved by the
+rules of `distrib.training.saving.registry`.
 
 Example:
     >>> model.save("/tmp/keras-model")
@@ -19,12 +19,12 @@ import torch
 
 from distrib.checkpoint import storage
 from distrib.saved_model.options import check_load_options
-from distrib.training import keras_io
-from distrib.training.architecture import rebuild
 from distrib.training.model import Model
-from distrib.training.registry import resolve_builder
-from distrib.training.saving import CONFIG_NAME, FORMAT, STATE_NAME
-from distrib.training.serialization import SerializationError, from_spec, import_by_path
+from distrib.training.saving import keras_io
+from distrib.training.saving.architecture import rebuild
+from distrib.training.saving.model_save import CONFIG_NAME, FORMAT, STATE_NAME
+from distrib.training.saving.registry import resolve_builder
+from distrib.training.saving.serialization import SerializationError, from_spec, import_by_path
 
 __all__ = ["load_model"]
 
@@ -48,14 +48,14 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
             compile objects the file names (by registered name, import path
             or class name).
         safe_mode: True (default): import a module named by the file only if
-            its package is already imported (see `distrib.training.registry`);
+            its package is already imported (see `distrib.training.saving.registry`);
             also Keras's safe mode for Keras models.
         options: a `distrib.saved_model.LoadOptions` (accepted; see its docs).
 
     Raises:
         distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged save.
         distrib.checkpoint.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
-        distrib.training.serialization.SerializationError: the module cannot be rebuilt (one line
+        distrib.training.saving.serialization.SerializationError: the module cannot be rebuilt (one line
             naming the class or builder).
     """
     options = check_load_options(options)

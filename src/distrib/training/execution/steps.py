@@ -22,7 +22,7 @@ import torch
 
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
-from distrib.training.step_plan import StepPlan, plan_for
+from distrib.training.execution.step_plan import StepPlan, plan_for
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover

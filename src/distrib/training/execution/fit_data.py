@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import torch
 
-from distrib.training.data_adapter import DataHandler, count_rows, is_array_structure
+from distrib.training.execution.data_adapter import DataHandler, count_rows, is_array_structure
 from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
-    from distrib.training.loop_state import TrainLoopState
+    from distrib.training.execution.loop_state import TrainLoopState
 
 __all__ = ["OUT_OF_DATA_WARNING", "validate_fit_args", "should_validate", "draw_seed", "EpochIterators",
            "split_validation", "split_arrays"]

@@ -1,9 +1,9 @@
 """`LocalExecutor`: steps run in this process, now (every replicated strategy).
 
 The input is turned into per-replica batches by
-`distrib.training.data_adapter` (arrays, datasets, loaders; each global
+`distrib.training.execution.data_adapter` (arrays, datasets, loaders; each global
 batch split among the replicas), epoch iterators follow
-`distrib.training.fit_data.EpochIterators`, and each step is the loop's
+`distrib.training.execution.fit_data.EpochIterators`, and each step is the loop's
 step function run by this process's replica(s) (`strategy.run`). Nothing
 runs elsewhere, so `resolve` has nothing to wait for.
 
@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from distrib.training.data_adapter import DataHandler, make_handler
-from distrib.training.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.data_adapter import DataHandler, make_handler
+from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.step_executor import StepExecutor
+from distrib.training.execution.step_loop import Execution, Phase, default_log_every
 from distrib.training.loop_host import LoopHost
-from distrib.training.step_loop import Execution, Phase, default_log_every
 
 __all__ = ["LocalExecutor"]
 
@@ -60,7 +61,7 @@ class _LocalEval:
         return self.handler.make_iterator()
 
 
-class LocalExecutor:
+class LocalExecutor(StepExecutor):
     """Runs each step in this process (see the module docstring).
 
     Args:

@@ -2,8 +2,8 @@
 
 `ModelPersistence` is a mixin of `distrib.training.model.Model`: what a model
 saves, restores and reports about its weights, delegating to
-`distrib.training.model_state`, `distrib.training.saving`,
-`distrib.training.weights` and `distrib.saved_model`.
+`distrib.training.saving.model_state`, `distrib.training.saving.model_save`,
+`distrib.training.saving.weights` and `distrib.saved_model`.
 """
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from distrib.training import model_state
-from distrib.training.serialization import import_by_path
+from distrib.training.saving import model_state
+from distrib.training.saving.serialization import import_by_path
 
 if TYPE_CHECKING:
     from distrib.checkpoint.chief_directory import PendingDirectory
     from distrib.strategies.interface import Strategy
-    from distrib.training.loop import TrainingLoop
 
 __all__ = ["ModelPersistence"]
 
@@ -27,7 +26,6 @@ class ModelPersistence:
     """State, weights, summary, saving and export of a `distrib.Model` (its ``module`` and ``loop``)."""
 
     if TYPE_CHECKING:
-        _loop: TrainingLoop
         builder: Optional[str]
         module: torch.nn.Module
         name: str
@@ -40,13 +38,13 @@ class ModelPersistence:
         Metric states are this replica's own. With ``aggregate_metrics=True``
         they are summed over all replicas (a collective: every worker must
         call it), so that restoring the copy on every worker reproduces the
-        same global metric values (see `distrib.training.model_state`).
+        same global metric values (see `distrib.training.saving.model_state`).
         """
-        return model_state.model_state_dict(self._loop, aggregate_metrics)
+        return model_state.model_state_dict(self, aggregate_metrics)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore what `state_dict` returned (compile first to restore the optimizer)."""
-        model_state.load_model_state(self._loop, state)
+        model_state.load_model_state(self, state)
 
     def tensors_restored_verbatim(self) -> List[torch.Tensor]:
         """The module's and optimizer's tensors, which `load_state_dict` sets to the saved values unchanged.
@@ -55,7 +53,7 @@ class ModelPersistence:
         (see `distrib.checkpoint.inplace_restore`); metric states are not
         among them, since a restore may zero them on all replicas but the first.
         """
-        return model_state.verbatim_model_tensors(self._loop)
+        return model_state.verbatim_model_tensors(self)
 
     def get_weights(self) -> List[np.ndarray]:
         """The module's parameters and buffers as numpy arrays, in ``state_dict`` order."""
@@ -90,7 +88,7 @@ class ModelPersistence:
         `distrib.checkpoint.chief_directory.PendingDirectory` whose ``wait()``
         every worker must call (`ModelCheckpoint` does).
         """
-        from distrib.training.saving import save_model
+        from distrib.training.saving.model_save import save_model
 
         background = _background(options, "model.save")
         return save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
@@ -100,7 +98,7 @@ class ModelPersistence:
         """The function `load_model` would call to rebuild the module."""
         return import_by_path(self.builder, "builder") if self.builder else None
 
-    # ------------------------------------------ weights and export (thin: see training/weights.py, export)
+    # ------------------------------------------ weights and export (thin: see training/saving/weights.py, export)
     def save_weights(self, filepath: str, overwrite: bool = True, save_format: Optional[str] = None,
                      options: Any = None) -> "Optional[PendingDirectory]":
         """Save the module's weights as safetensors (every worker calls it; the chief writes).
@@ -112,14 +110,14 @@ class ModelPersistence:
         `distrib.checkpoint.chief_directory.PendingDirectory` whose ``wait()``
         every worker must call.
         """
-        from distrib.training.weights import save_weights
+        from distrib.training.saving.weights import save_weights
 
         return save_weights(self, filepath, overwrite=overwrite, background=_background(options, "save_weights"))
 
     def load_weights(self, filepath: Optional[str], options: Any = None) -> None:
         """Load weights written by `save_weights` (or a ``.safetensors`` file); keys and shapes must match."""
         from distrib.saved_model.options import check_load_options
-        from distrib.training.weights import load_weights
+        from distrib.training.saving.weights import load_weights
 
         check_load_options(options, "load_weights")
         load_weights(self, filepath)
