@@ -175,7 +175,7 @@ def distrib_fit(out, multi_worker, device="cpu"):
     name = "distrib_mwms_fit" if multi_worker else "distrib_1p_fit"
     if device != "cpu":
         name = "distrib_fit_cuda"
-    _report(out, name, strategy.replica_id, times, global_batch, [losses[0], losses[-1]])
+    _report(out, name, strategy.replica_id, times, global_batch, losses)  # every epoch's mean loss
 
 
 def main(argv):
