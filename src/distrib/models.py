@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distrib.training.saving.model_load import load_model
+from distrib.training.model_load import load_model
 from distrib.utils.public_names import public_dir
 
 __all__ = ["load_model", "save_model"]

@@ -16,7 +16,7 @@ See `distrib.training.saving.registry` for the trust model: a file's names only 
 build ``torch.nn.Module`` subclasses or call registered / given functions.
 """
 from distrib.saved_model.options import LoadOptions, SaveOptions
-from distrib.training.saving.model_load import load_model
+from distrib.training.model_load import load_model
 from distrib.training.saving.model_save import save_model
 from distrib.training.saving.registry import get_registered_name, get_registered_object, register_serializable
 

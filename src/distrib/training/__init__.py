@@ -6,10 +6,10 @@ Who owns what (the package's wings; each module's docstring says the rest):
   (the compiled state, fit / evaluate / predict and the overridable steps)
   and a `saving.model_persistence.ModelPersistence`; `compile_config` (what
   `compile` resolves), `call_checks` (what a call checks before it runs),
-  `loop_host` (what the wings use of a trainer), `errors`.
+  `model_load` (`distrib.models.load_model`: builds a `Model`, so above it), `errors`.
 * **execution/**: one step loop for every strategy and the step-executor
   contract with its two executors (this process; the parameter server's workers).
-* **saving/**: state dicts, weights, ``Model.save`` / `load_model`, the JSON
+* **saving/**: state dicts, weights, ``Model.save``, the JSON
   descriptions and the names a file may use, Keras 3 models.
 * **sidecar/**: the side-car evaluator and its state.
 

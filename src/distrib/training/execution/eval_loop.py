@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from distrib.training.execution.loop_host import LoopHost
 from distrib.training.execution.predict_output import assemble, concat, rows_of
 from distrib.training.execution.step_executor import EvalInput, StepExecutor
 from distrib.training.execution.step_loop import PREDICT, TEST, batch_logs_for, run_steps
-from distrib.training.loop_host import LoopHost
 
 __all__ = ["run_evaluation", "run_predict"]
 

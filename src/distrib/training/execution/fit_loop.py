@@ -28,10 +28,10 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from distrib.training.execution.eval_loop import run_evaluation
 from distrib.training.execution.fit_data import draw_seed, should_validate
+from distrib.training.execution.loop_host import LoopHost
 from distrib.training.execution.step_executor import EpochInput, EvalInput, StepExecutor
 from distrib.training.execution.step_loop import TRAIN, batch_logs_for, default_log_every, run_steps
 from distrib.training.execution.stop_agreement import may_stop_during_epoch
-from distrib.training.loop_host import LoopHost
 
 __all__ = ["run_fit"]
 

@@ -21,9 +21,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from distrib.training.execution.data_adapter import DataHandler, make_handler
 from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.loop_host import LoopHost
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import Execution, Phase, default_log_every
-from distrib.training.loop_host import LoopHost
 
 __all__ = ["LocalExecutor"]
 

@@ -42,11 +42,11 @@ import torch
 from distrib.data.batch_split import leading_rows
 from distrib.strategies.step_scheduler import ScheduledResult, StepScheduler
 from distrib.training.execution import steps as step_fns
+from distrib.training.execution.loop_host import LoopHost
 from distrib.training.execution.scheduled_input import (ScheduledEpochs, ScheduledEval, build_on_chief, dataset_recipe,
                                               per_worker_iterator, refuse_array_options, required_steps)
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import TRAIN, Execution, Phase
-from distrib.training.loop_host import LoopHost
 
 __all__ = ["ScheduledExecutor", "run_execution", "batch_rows"]
 

@@ -31,8 +31,8 @@ from distrib.data.dataset_creator import DatasetCreator
 from distrib.data.input_context import InputContext
 from distrib.strategies.step_scheduler import StepScheduler
 from distrib.training.execution import steps as step_fns
+from distrib.training.execution.loop_host import LoopHost
 from distrib.training.execution.step_loop import default_log_every
-from distrib.training.loop_host import LoopHost
 
 __all__ = ["OUT_OF_DATA_WARNING", "required_steps", "dataset_recipe", "refuse_array_options", "ScheduledEpochs",
            "ScheduledEval", "build_on_chief"]

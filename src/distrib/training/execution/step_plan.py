@@ -32,7 +32,7 @@ __all__ = ["StepPlan", "PlannedLoop", "plan_for", "placement"]
 
 
 class PlannedLoop(Protocol):
-    """What a plan is made from and kept on (a `distrib.training.loop_host.LoopHost` is one)."""
+    """What a plan is made from and kept on (a `distrib.training.execution.loop_host.LoopHost` is one)."""
 
     module: torch.nn.Module
     strategy: "Strategy"

@@ -26,7 +26,7 @@ from distrib.training.execution.step_plan import StepPlan, plan_for
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.loop_host import LoopHost
+    from distrib.training.execution.loop_host import LoopHost
 
 __all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step", "predict_step", "regularization_loss",
            "wrap_for_loss_scaling", "apply_variable_dtype"]

@@ -3,7 +3,7 @@
 Who owns what:
 
 * `model_persistence`: the `Model` methods (state dicts, weights, summary, save, export).
-* `model_save` / `model_load`: ``Model.save`` and `distrib.models.load_model` (a directory).
+* `model_save`: ``Model.save`` (a directory; `distrib.training.model_load` reads it back).
 * `weights`: ``save_weights`` / ``load_weights`` (safetensors).
 * `model_state`: module, optimizer and metric state as one dict.
 * `architecture` / `serialization`: the module tree and compile arguments as JSON;

@@ -1,4 +1,4 @@
-"""`Model.save`: a directory that rebuilds a compiled, trainable model (`distrib.training.saving.model_load` reads it back).
+"""`Model.save`: a directory that rebuilds a compiled, trainable model (`distrib.training.model_load` reads it back).
 
 Layout (a verified checkpoint directory, committed atomically)::
 

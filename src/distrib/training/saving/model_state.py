@@ -30,7 +30,7 @@ from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
-    from distrib.training.loop_host import LoopHost
+    from distrib.training.execution.loop_host import LoopHost
 
 __all__ = ["model_state_dict", "load_model_state", "verbatim_model_tensors", "fold_metrics", "apply_metric_state", "get_weights", "set_weights"]
 

@@ -1,10 +1,10 @@
-"""`LoopHost`: what the fit/evaluate procedures and the step executors use of a `Trainer`.
+"""`LoopHost`: what the execution wing (and `saving.model_state`) uses of a trainer.
 
-`distrib.training.trainer.Trainer` is the one implementation; the modules
-that run its epochs (`fit_loop`, `eval_loop`) and execute its steps
-(`local_executor`, `scheduled_executor`), and the step functions and state
-helpers it calls (`steps`, `model_state`), see it through this protocol, so
-they need not import the loop that imports them.
+`distrib.training.trainer.Trainer` (and so every `distrib.Model`) is the one
+implementation; the modules that run its epochs (`fit_loop`, `eval_loop`),
+execute its steps (`local_executor`, `scheduled_executor`), and the step and
+state helpers (`steps`, `distrib.training.saving.model_state`) see it through
+this protocol, so they need not import the trainer that imports them.
 """
 from __future__ import annotations
 
