@@ -19,25 +19,27 @@ per public operation, at its entry, and passed down; nothing below looks it
 up again. Objects that need it (`RNGState`, `ReplicaState`, a nested
 `Checkpoint`) take it through ``state_dict_for(role)`` /
 ``load_state_dict_for(state, role)``; their plain ``state_dict()`` resolves
-their own. The call sequence of a save (`Checkpoint.save`; `write` is the
-same from step 2; `CheckpointManager.save` does step 1 itself and adds its
-own steps, see `distrib.checkpoint.manager`)::
+their own. The call sequence of a save (`Checkpoint.save`, after it counts
+``save_counter`` up; `write` is the same; `CheckpointManager.save` does step 1
+itself and adds its own steps, see `distrib.checkpoint.manager`)::
 
     1. role = resolve_role(self._strategy, "Checkpoint.save")    # the one lookup
-    2. self.sync()                      # a background save in flight: its own role, kept by its _Write
-    3. state = self.state_dict_for(role)                  # RNGState/ReplicaState gather under role
-    4. _Write(role, path, state, meta)()                   # storage.write_path_for(path, role):
-                                                           # the chief's path, or a private temporary
-    5. _agree(role, error, exc)         # every worker raises if any failed (role.collective)
+    2. self.write_for(role, path):
+    3.     self.sync()                  # a background save in flight: the role its _Write kept
+    4.     state = self.state_dict_for(role)              # RNGState/ReplicaState gather under role
+    5.     _Write(role, path, state, meta)()               # storage.write_path_for(path, role): the
+                                                           # chief's path, or a private temporary
+    6.     _agree(role, error, exc)     # every worker raises if any failed (role.collective)
 
-and of a restore (`Checkpoint.restore`; `read` is steps 1-2 and 4-5 for its path)::
+and of a restore (`Checkpoint.restore`; `read` is steps 1 and 4-5 for its one path)::
 
-    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None: unknown
-                                                                 # chief; each object resolves its own)
-    2. self.sync()
-    3. for path in (save_path, *older_siblings(save_path)):     # the first that restores
-    4.     planned = restore_in_place(StateFile(path), self.state_dict_for(role), ...)
-    5.     self._apply(state, where, role)  # obj.load_state_dict_for(value, role) / load_state_dict
+    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None where the
+                                                                 # chief is unknown: each object
+                                                                 # then resolves its own)
+    2. self.restore_for(role, save_path):
+    3.     for path in (save_path, *older_siblings(save_path)):  # the first that restores
+    4.         self.sync(); restore_in_place(StateFile(path), self.state_dict_for(role), ...)
+    5.         self._apply(state, where, role)  # obj.load_state_dict_for(value, role) or load_state_dict
 
 Example:
     >>> ckpt = Checkpoint(model=model, optimizer=opt, epoch=Variable(0))

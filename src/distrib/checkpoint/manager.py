@@ -25,7 +25,7 @@ The role (who writes, how the workers agree) is resolved once at the entry of
     1. role = resolve_role(self._strategy, "CheckpointManager.save")    # the one lookup
     2. self._sync(role)                          # a background save in flight is published first
     3. storage.remove_stale_temporaries(...)     # the chief only (role.is_chief)
-    4. path = checkpoint.write_for(role, ...)    # Checkpoint steps 2-5 under the same role
+    4. path = checkpoint.write_for(role, ...)    # Checkpoint's save steps 3-6, the same role
     5. self._published(role, path)               # the chief records and sweeps; role.collective
                                                  # shares its list (at a later _sync if in the background)
     6. self._keep_snapshot(role)                 # elastic: snapshot_checkpoint.state_dict_for(role)
@@ -35,8 +35,8 @@ A restore::
     1. role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
     2. self._sync(role)
     3. path = role.collective.broadcast_json(latest)        # the chief's choice (multi-replica)
-    4. snapshot_checkpoint.load_state_dict_for(snapshot, role)   # elastic replacement, or
-       path = self._restored(role, checkpoint.restore_for(role, path).path), or init_fn()
+    4. snapshot_checkpoint.load_state_dict_for(snapshot, role)     # an elastic replacement; else
+       path = self._restored(role, checkpoint.restore_for(role, path).path)  # else init_fn()
     5. self._keep_snapshot(role)
 
 Example (the seeds' custom loop, without any chief logic):
