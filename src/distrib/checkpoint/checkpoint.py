@@ -14,6 +14,33 @@ worker if any worker failed. The strategy is the open scope's, else the one
 whose scope was open when the `Checkpoint` was created (see
 `distrib.checkpoint.strategy_lookup`).
 
+The role (`CheckpointRole`: who writes, how the workers agree) is decided once
+per public operation, at its entry, and passed down; nothing below looks it
+up again. Objects that need it (`RNGState`, `ReplicaState`, a nested
+`Checkpoint`) take it through ``state_dict_for(role)`` /
+``load_state_dict_for(state, role)``; their plain ``state_dict()`` resolves
+their own. The call sequence of a save (`Checkpoint.save`, after it counts
+``save_counter`` up; `write` is the same; `CheckpointManager.save` does step 1
+itself and adds its own steps, see `distrib.checkpoint.manager`)::
+
+    1. role = resolve_role(self._strategy, "Checkpoint.save")    # the one lookup
+    2. self.write_for(role, path):
+    3.     self.sync()                  # a background save in flight: the role its _Write kept
+    4.     state = self.state_dict_for(role)              # RNGState/ReplicaState gather under role
+    5.     _Write(role, path, state, meta)()               # storage.write_path_for(path, role): the
+                                                           # chief's path, or a private temporary
+    6.     _agree(role, error, exc)     # every worker raises if any failed (role.collective)
+
+and of a restore (`Checkpoint.restore`; `read` is steps 1 and 4-5 for its one path)::
+
+    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None where the
+                                                                 # chief is unknown: each object
+                                                                 # then resolves its own)
+    2. self.restore_for(role, save_path):
+    3.     for path in (save_path, *older_siblings(save_path)):  # the first that restores
+    4.         self.sync(); restore_in_place(StateFile(path), self.state_dict_for(role), ...)
+    5.         self._apply(state, where, role)  # obj.load_state_dict_for(value, role) or load_state_dict
+
 Example:
     >>> ckpt = Checkpoint(model=model, optimizer=opt, epoch=Variable(0))
     >>> path = ckpt.save("/ckpts/ckpt")            # "/ckpts/ckpt-1" (numbered by save_counter)
@@ -33,11 +60,12 @@ from distrib.checkpoint.discovery import older_siblings
 from distrib.checkpoint.background import BackgroundWrite
 from distrib.checkpoint.format import UnsafeFileError, copy_state
 from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
+from distrib.checkpoint.load_status import CheckpointLoadStatus
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
-from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
+from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
 from distrib.checkpoint.variable import Variable
 from distrib.strategies.checkpoint_role import CheckpointRole
 
@@ -53,53 +81,6 @@ class CheckpointSaveError(DistribError, RuntimeError):
 
 class CheckpointRestoreError(DistribError, RuntimeError):
     """A checkpoint's saved value could not be applied to a tracked object."""
-
-
-class CheckpointLoadStatus:
-    """What a `Checkpoint.restore` matched; TF's status object.
-
-    Attributes:
-        path: the checkpoint restored (None when there was nothing to restore).
-        missing: tracked names the checkpoint had no value for.
-        unused: saved names no tracked object took.
-    """
-
-    def __init__(self, path: Optional[str], restored: List[str], missing: List[str], unused: List[str]) -> None:
-        self.path = path
-        self.restored = restored
-        self.missing = missing
-        self.unused = unused
-
-    def assert_consumed(self) -> "CheckpointLoadStatus":
-        """Raise AssertionError unless every saved value was used and every tracked object restored."""
-        if self.path is None:
-            raise AssertionError("no checkpoint was given (path=None); nothing was restored")
-        if self.missing or self.unused:
-            raise AssertionError(f"{self.path}: not an exact match: tracked but not in the checkpoint "
-                                 f"{self.missing}, in the checkpoint but not tracked {self.unused}")
-        return self
-
-    def assert_existing_objects_matched(self) -> "CheckpointLoadStatus":
-        """Raise AssertionError if a tracked object got no value (extra saved values are fine)."""
-        if self.path is not None and self.missing:
-            raise AssertionError(f"{self.path}: tracked objects not in the checkpoint: {self.missing}")
-        return self
-
-    def assert_nontrivial_match(self) -> "CheckpointLoadStatus":
-        """Raise AssertionError if nothing at all was restored."""
-        if not self.restored:
-            raise AssertionError(f"{self.path}: nothing was restored")
-        return self
-
-    def expect_partial(self) -> "CheckpointLoadStatus":
-        """Accept a partial match (TF uses this to silence warnings; nothing is warned here)."""
-        return self
-
-    def run_restore_ops(self, session: Any = None) -> None:
-        """Nothing to run: values are applied eagerly by `Checkpoint.restore`."""
-
-    def __repr__(self) -> str:
-        return f"CheckpointLoadStatus(path={self.path!r}, missing={self.missing}, unused={self.unused})"
 
 
 def _check_trackable(name: str, obj: Any) -> None:
@@ -160,32 +141,42 @@ class Checkpoint:
     # --------------------------------------------------------- state dict
     def state_dict(self) -> Dict[str, Any]:
         """Every tracked object's state (tensors as-is) plus ``save_counter``."""
+        return self.state_dict_for(None)
+
+    def state_dict_for(self, role: Optional[CheckpointRole]) -> Dict[str, Any]:
+        """`state_dict` with ``role`` passed to the objects that take one (None: each resolves its own)."""
         state: Dict[str, Any] = {_SAVE_COUNTER: self.save_counter.state_dict()}
         for name, obj in self._objects.items():
-            state[name] = obj if isinstance(obj, torch.Tensor) else obj.state_dict()
+            state[name] = _state_of(obj, role)
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore from a `state_dict`; names must match exactly (use `restore` for partial matches)."""
-        missing, unused = self._apply(state, where="state_dict")
+        self.load_state_dict_for(state, None)
+
+    def load_state_dict_for(self, state: Dict[str, Any], role: Optional[CheckpointRole]) -> None:
+        """`load_state_dict` with ``role`` passed to the objects that take one (None: each resolves its own)."""
+        missing, unused = self._apply(state, "state_dict", role)
         if missing or unused:
             raise CheckpointRestoreError(f"Checkpoint.load_state_dict: missing {missing}, unexpected {unused}")
 
-    def _apply(self, state: Dict[str, Any], where: str) -> "tuple[List[str], List[str]]":
+    def _apply(self, state: Dict[str, Any], where: str,
+               role: Optional[CheckpointRole]) -> "tuple[List[str], List[str]]":
         if _SAVE_COUNTER in state:
             self.save_counter.load_state_dict(state[_SAVE_COUNTER])
         missing = [n for n in self._objects if n not in state]
         unused = [n for n in state if n != _SAVE_COUNTER and n not in self._objects]
         for name, obj in self._objects.items():
             if name in state:
-                _restore_one(name, obj, state[name], where)
+                _restore_one(name, obj, state[name], where, role)
         return missing, unused
 
     # ------------------------------------------------------------- write
     def save(self, file_prefix: str, options: Optional[CheckpointOptions] = None) -> str:
         """Increment `save_counter` and write ``{file_prefix}-{save_counter}``; returns that path."""
         self.save_counter.assign_add(1)
-        return self.write(f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
+        role = resolve_role(self._strategy, "Checkpoint.save")
+        return self.write_for(role, f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
 
     def write(self, file_prefix: str, info: Optional[Dict[str, Any]] = None,
               options: Optional[CheckpointOptions] = None) -> str:
@@ -204,11 +195,16 @@ class Checkpoint:
             CheckpointSaveError: on every worker, if writing failed on any
                 worker (for a background save: raised by the call that waits for it).
         """
+        CheckpointOptions.check(options, "Checkpoint.write")
+        return self.write_for(resolve_role(self._strategy, "Checkpoint.write"), file_prefix, info, options)
+
+    def write_for(self, role: CheckpointRole, file_prefix: str, info: Optional[Dict[str, Any]] = None,
+                  options: Optional[CheckpointOptions] = None) -> str:
+        """`write` under ``role``, resolved by the caller's entry (`save`, `CheckpointManager.save`)."""
         background = CheckpointOptions.check(options, "Checkpoint.write").background
-        role = resolve_role(self._strategy, "Checkpoint.write")
         self.sync()
         path = str(file_prefix).rstrip("/")
-        state = self.state_dict()  # may gather across replicas, so before anything can fail locally
+        state = self.state_dict_for(role)  # may gather across replicas, so before anything can fail locally
         if background:  # the values of this step: training may change the objects now
             state = copy_state(state, reuse=self.__dict__.get("_staging"))  # into the last copy: written by now
             object.__setattr__(self, "_staging", state)
@@ -263,15 +259,19 @@ class Checkpoint:
         """
         if save_path is None:
             return CheckpointLoadStatus(None, [], list(self._objects), [])
+        return self.restore_for(known_role(self._strategy, "Checkpoint.restore"), save_path)
+
+    def restore_for(self, role: Optional[CheckpointRole], save_path: str) -> CheckpointLoadStatus:
+        """`restore` under ``role``, resolved by the caller's entry (`CheckpointManager.restore_or_initialize`)."""
         path = str(save_path).rstrip("/")
         try:
-            return self.read(path)
+            return self._read(role, path)
         except _UNUSABLE as exc:
             first_error = exc
             _skip(path, exc)
         for older in older_siblings(path):
             try:
-                return self.read(older)
+                return self._read(role, older)
             except _UNUSABLE as exc:
                 _skip(older, exc)
         raise first_error
@@ -284,6 +284,9 @@ class Checkpoint:
         `distrib.checkpoint.inplace_restore`); a save of this checkpoint still
         in flight is waited for first.
         """
+        return self._read(known_role(self._strategy, "Checkpoint.read"), save_path)
+
+    def _read(self, role: Optional[CheckpointRole], save_path: str) -> CheckpointLoadStatus:
         self.sync()
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
@@ -292,14 +295,14 @@ class Checkpoint:
         def apply(state: Dict[str, Any]) -> None:
             where = "the state before the failed restore" if outcome.get("failed") else path
             try:
-                outcome["result"] = self._apply(state, where=where)
+                outcome["result"] = self._apply(state, where, role)
             except BaseException:
                 outcome["failed"] = True
                 raise
 
         with StateFile(path, STATE_FILE, manifest) as state_file:
             try:
-                planned, _ = restore_in_place(state_file, self.state_dict(), self._verbatim_tensors, apply)
+                planned, _ = restore_in_place(state_file, self.state_dict_for(role), self._verbatim_tensors, apply)
             except MemoryError:  # e.g. a forged tensor that fits no tracked object, too large to read
                 raise CheckpointRestoreError(
                     f"{path}: not enough memory to read its tensors that fit no tracked object in place "
@@ -348,7 +351,16 @@ def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseExcepti
         raise CheckpointSaveError(error) from exc
 
 
-def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
+def _state_of(obj: Any, role: Optional[CheckpointRole]) -> Any:
+    """``obj``'s state: a tensor itself; under a known ``role``, ``state_dict_for(role)`` where it has one."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if role is not None and callable(getattr(obj, "state_dict_for", None)):
+        return obj.state_dict_for(role)
+    return obj.state_dict()
+
+
+def _restore_one(name: str, obj: Any, value: Any, where: str, role: Optional[CheckpointRole]) -> None:
     try:
         if isinstance(obj, torch.optim.Optimizer):
             check_optimizer_state(obj, value)
@@ -358,6 +370,8 @@ def _restore_one(name: str, obj: Any, value: Any, where: str) -> None:
                 raise ValueError(f"saved shape {got} != tracked shape {tuple(obj.shape)}")
             with torch.no_grad():
                 obj.copy_(value)
+        elif role is not None and callable(getattr(obj, "load_state_dict_for", None)):
+            obj.load_state_dict_for(value, role)
         else:
             obj.load_state_dict(value)
     except Exception as exc:

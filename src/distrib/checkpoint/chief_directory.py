@@ -4,6 +4,8 @@
 calls it with the same files; only the chief's copy lands at ``filepath``
 (with ``MANIFEST.json`` and ``COMPLETE``, see `distrib.checkpoint.storage`);
 the others write to private temporary directories that are gone on return.
+Who writes is the `CheckpointRole` the caller resolved at its entry
+(``role=``; resolved here from ``strategy`` when not given).
 
 Example:
     >>> write_directory("/tmp/out/ckpt_1", strategy, {"weights.safetensors": data}, {"kind": "weights"})
@@ -14,12 +16,14 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from distrib.checkpoint import storage
 from distrib.checkpoint.background import BackgroundWrite
+from distrib.checkpoint.strategy_lookup import resolve_role
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.strategies.local_replicas import replica_process
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["write_directory", "NestedState", "PendingDirectory"]
+__all__ = ["write_directory", "check_overwrite", "NestedState", "PendingDirectory"]
 
 
 class NestedState:
@@ -49,9 +53,18 @@ class PendingDirectory:
             raise error
 
 
+def check_overwrite(filepath: str, role: CheckpointRole, who: str) -> None:
+    """Raise `FileExistsError` on every worker if ``filepath`` exists (the chief looks; collective)."""
+    taken = bool(role.is_chief) and storage.exists(filepath)
+    if role.multi_replica:
+        taken = role.collective.agree_any(taken)  # the chief's answer, for every worker
+    if taken:
+        raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
+
+
 def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Union[bytes, NestedState]],
                     info: Dict[str, Any], overwrite: bool = True, who: str = "save",
-                    background: bool = False) -> Optional[PendingDirectory]:
+                    background: bool = False, role: Optional[CheckpointRole] = None) -> Optional[PendingDirectory]:
     """Write ``files`` as one atomic, verified directory at ``filepath``: the chief's copy only.
 
     A file given as a `NestedState` is streamed (no copy of the state is made).
@@ -64,15 +77,12 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Uni
     before returning, and all leave together, so ``filepath`` is complete on
     every worker afterwards.
     """
+    role = role if role is not None else resolve_role(strategy, who)
     if not overwrite:
-        taken = bool(strategy.is_chief) and storage.exists(filepath)
-        if strategy.multi_replica:
-            taken = strategy.collective.agree_any(taken)
-        if taken:
-            raise FileExistsError(f"{who}: {filepath} exists; pass overwrite=True or choose another path")
+        check_overwrite(filepath, role, who)
 
     def write() -> None:
-        write_path = storage.write_path_for(filepath, strategy)
+        write_path = storage.write_path_for(filepath, role)
         try:
             with storage.AtomicDirectory(write_path, info=info) as directory:
                 for name, data in files.items():

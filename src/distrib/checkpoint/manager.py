@@ -18,6 +18,27 @@ every worker's `latest_checkpoint` and `checkpoints` are the chief's.
 `restore_or_initialize` is collective too: every worker restores the path the
 chief chose.
 
+The role (who writes, how the workers agree) is resolved once at the entry of
+`save` and of `restore_or_initialize`, and passed down (see
+`distrib.checkpoint.checkpoint` for the `Checkpoint` steps). A save::
+
+    1. role = resolve_role(self._strategy, "CheckpointManager.save")    # the one lookup
+    2. self._sync(role)                          # a background save in flight is published first
+    3. storage.remove_stale_temporaries(...)     # the chief only (role.is_chief)
+    4. path = checkpoint.write_for(role, ...)    # Checkpoint's save steps 3-6, the same role
+    5. self._published(role, path)               # the chief records and sweeps; role.collective
+                                                 # shares its list (at a later _sync if in the background)
+    6. self._keep_snapshot(role)                 # elastic: snapshot_checkpoint.state_dict_for(role)
+
+A restore::
+
+    1. role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
+    2. self._sync(role)
+    3. path = role.collective.broadcast_json(latest)        # the chief's choice (multi-replica)
+    4. snapshot_checkpoint.load_state_dict_for(snapshot, role)     # an elastic replacement; else
+       path = self._restored(role, checkpoint.restore_for(role, path).path)  # else init_fn()
+    5. self._keep_snapshot(role)
+
 Example (the seeds' custom loop, without any chief logic):
     >>> epoch = distrib.train.Variable(0)
     >>> ckpt = distrib.train.Checkpoint(model=model, epoch=epoch)
@@ -43,7 +64,8 @@ from distrib.checkpoint.format import freeze_state, loads_state
 from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.storage import CheckpointWarning
-from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
+from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
+from distrib.strategies.checkpoint_role import CheckpointRole
 
 __all__ = ["CheckpointManager", "INDEX_FILE", "PEER_SNAPSHOT"]
 
@@ -137,10 +159,8 @@ class CheckpointManager:
     # ------------------------------------------------------------- state
     def _scan(self) -> None:
         """Recover the kept checkpoints from the listing: the chief's view, on every worker."""
-        try:
-            role = resolve_role(self._strategy, "CheckpointManager")
-        except RuntimeError:
-            role = None  # no strategy in a multi-process job: save() names the problem
+        role = known_role(self._strategy, "CheckpointManager")  # None: no strategy in a multi-process job,
+        # save() names the problem
         view = chief_decides(role, f"the checkpoints in {self._directory}", self._look)
         self._latest = view["latest"]
         self._checkpoints = list(view["checkpoints"])
@@ -245,19 +265,19 @@ class CheckpointManager:
                 return None
             self._last_step = step
         role = resolve_role(self._strategy, "CheckpointManager.save")
-        self.sync()  # at most one save in flight
+        self._sync(role)  # at most one save in flight
         if role.is_chief:
             storage.remove_stale_temporaries(self._directory, self._name)
         self._checkpoint.save_counter.assign_add(1)
         number = int(self._checkpoint.save_counter) if checkpoint_number is None else int(checkpoint_number)
-        path = self._checkpoint.write(storage.join(self._directory, f"{self._name}-{number}"),
-                                      options=CheckpointOptions(enable_async=background))
+        path = self._checkpoint.write_for(role, storage.join(self._directory, f"{self._name}-{number}"),
+                                          options=CheckpointOptions(enable_async=background))
         if background:
             self._pending = path
         else:
             self._published(role, path)
         if self.snapshot_on_save:
-            self.keep_snapshot()
+            self._keep_snapshot(role)
         return path
 
     def sync(self) -> None:
@@ -269,12 +289,19 @@ class CheckpointManager:
         Raises:
             CheckpointSaveError: on every worker, if the write failed on any worker.
         """
+        if self._pending is None:
+            self._checkpoint.sync()  # nothing of the manager's in flight: no role needed
+            return
+        self._sync(resolve_role(self._strategy, "CheckpointManager.sync"))
+
+    def _sync(self, role: CheckpointRole) -> None:
+        """`sync` under ``role``, resolved by the caller's entry."""
         path, self._pending = self._pending, None
         self._checkpoint.sync()
         if path is not None:
-            self._published(resolve_role(self._strategy, "CheckpointManager.sync"), path)
+            self._published(role, path)
 
-    def _published(self, role: Any, path: str) -> None:
+    def _published(self, role: CheckpointRole, path: str) -> None:
         """Record ``path`` as the latest, delete beyond ``max_to_keep``; every worker gets the chief's list."""
         if role.is_chief:
             self._record(path)
@@ -295,9 +322,11 @@ class CheckpointManager:
         A no-op otherwise. `save` calls it unless ``snapshot_on_save`` is False
         (`BackupAndRestore` keeps its own per-step snapshots).
         """
-        role = resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
-        role.collective.keep_snapshot(
-            lambda: freeze_state(self._snapshot_checkpoint.state_dict()))  # serialised if ever sent
+        self._keep_snapshot(resolve_role(self._strategy, "CheckpointManager.keep_snapshot"))
+
+    def _keep_snapshot(self, role: CheckpointRole) -> None:
+        role.collective.keep_snapshot(  # the state is serialised if ever sent
+            lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
         if role.collective.elastic:
             self.snapshot_kept = True
 
@@ -330,25 +359,26 @@ class CheckpointManager:
         older one that does: that is the path returned, and the one
         `latest_checkpoint` names from then on.
         """
-        self.sync()
-        path = self._latest
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
+        self._sync(role)
+        path = self._latest
         if role.multi_replica:
             path = role.collective.broadcast_json(path)
         snapshot = role.collective.take_snapshot()
         if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
-            self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"))
+            self._snapshot_checkpoint.load_state_dict_for(loads_state(snapshot, name="a survivor's in-memory snapshot"),
+                                                          role)
             role.collective.snapshot_restored()
             path = PEER_SNAPSHOT
         elif path is not None:
-            path = self._restored(role, self._checkpoint.restore(path).path)
+            path = self._restored(role, self._checkpoint.restore_for(role, path).path)
         elif self._init_fn is not None:
             self._init_fn()
         if self.snapshot_on_save:
-            self.keep_snapshot()  # elastic: a replacement can start from here
+            self._keep_snapshot(role)  # elastic: a replacement can start from here
         return path
 
-    def _restored(self, role: Any, path: Optional[str]) -> Optional[str]:
+    def _restored(self, role: CheckpointRole, path: Optional[str]) -> Optional[str]:
         """Make ``path`` (what `Checkpoint.restore` fell back to, if it did) the latest; the same everywhere."""
         if role.multi_replica:
             paths = role.collective.all_gather_json(path)

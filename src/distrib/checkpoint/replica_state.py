@@ -46,7 +46,10 @@ class ReplicaState:
 
     def state_dict(self) -> Dict[str, Any]:
         """``{"module", "optimizer", "replicas": [uint8 blob per replica]}`` (collective)."""
-        role = resolve_role(self._strategy, "ReplicaState")
+        return self.state_dict_for(resolve_role(self._strategy, "ReplicaState"))
+
+    def state_dict_for(self, role: CheckpointRole) -> Dict[str, Any]:
+        """`state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
         state = self._model.state_dict(aggregate_metrics=False)
         own = dumps_state({"rng": capture_rng_state(), "metrics": state["metrics"]})
         blob = torch.frombuffer(bytearray(own), dtype=torch.uint8)
@@ -56,7 +59,10 @@ class ReplicaState:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore the weights and this replica's own generators and metric sums."""
-        role = resolve_role(self._strategy, "ReplicaState")
+        self.load_state_dict_for(state, resolve_role(self._strategy, "ReplicaState"))
+
+    def load_state_dict_for(self, state: Dict[str, Any], role: CheckpointRole) -> None:
+        """`load_state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
         blobs = state["replicas"]
         if len(blobs) == role.num_replicas_in_sync:
             mine = loads_state(bytes(blobs[role.replica_id].numpy().tobytes()),

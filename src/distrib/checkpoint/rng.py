@@ -72,12 +72,12 @@ class RNGState:
         self._strategy = strategy if strategy is not None else scope_strategy()
         self._warned = False
 
-    def _current(self) -> CheckpointRole:
-        return resolve_role(self._strategy, "RNGState")
-
     def state_dict(self) -> Dict[str, Any]:
         """``{"world_size": n, "replicas": [state of replica 0, ..., n-1]}`` (collective)."""
-        role = self._current()
+        return self.state_dict_for(resolve_role(self._strategy, "RNGState"))
+
+    def state_dict_for(self, role: CheckpointRole) -> Dict[str, Any]:
+        """`state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
         own = capture_rng_state()
         n = role.num_replicas_in_sync
         replicas: List[Dict[str, Any]] = _gather(role, own) if role.multi_replica else [own]
@@ -86,7 +86,10 @@ class RNGState:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Apply this replica's saved state (the chief's if the world size changed; a warning unless
         every replica had saved the same state)."""
-        role = self._current()
+        self.load_state_dict_for(state, resolve_role(self._strategy, "RNGState"))
+
+    def load_state_dict_for(self, state: Dict[str, Any], role: CheckpointRole) -> None:
+        """`load_state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
         n, rank = role.num_replicas_in_sync, role.replica_id
         replicas = state["replicas"]
         if int(state["world_size"]) == n and len(replicas) == n:
@@ -97,7 +100,7 @@ class RNGState:
                 self._warned = True
                 warnings.warn(f"RNG states were saved by {state['world_size']} replicas and are restored on {n}; "
                               "every replica takes the chief's state, so random draws differ from the original run",
-                              CheckpointWarning, stacklevel=2)
+                              CheckpointWarning, stacklevel=3)
         apply_rng_state(mine)
 
 

@@ -28,7 +28,11 @@ from distrib.strategies import context, default
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
 
-__all__ = ["scope_strategy", "resolve_strategy", "resolve_role"]
+__all__ = ["scope_strategy", "resolve_strategy", "resolve_role", "known_role", "ChiefUnknownError"]
+
+
+class ChiefUnknownError(RuntimeError):
+    """A checkpoint operation in a multi-process job found no strategy, so nobody knows who the chief is."""
 
 
 def scope_strategy() -> "Optional[Strategy]":
@@ -49,7 +53,7 @@ def resolve_strategy(captured: "Optional[Strategy]" = None, what: str = "checkpo
     strategy = default.get_strategy()
     processes = _torch_world_size()
     if processes > 1 and strategy.num_replicas_in_sync <= 1:
-        raise RuntimeError(
+        raise ChiefUnknownError(
             f"{what}: called outside strategy.scope() in a job of {processes} processes, so the chief is unknown; "
             "create the Checkpoint/CheckpointManager (or call this) inside `with strategy.scope():`")
     return strategy
@@ -61,6 +65,21 @@ def resolve_role(given: "Union[Strategy, CheckpointRole, None]" = None,
     if isinstance(given, CheckpointRole):
         return given
     return resolve_strategy(given, what).checkpoint_role()
+
+
+def known_role(given: "Union[Strategy, CheckpointRole, None]" = None,
+               what: str = "checkpoint") -> Optional[CheckpointRole]:
+    """`resolve_role`, or None where it would raise `ChiefUnknownError`.
+
+    For operations that need the role only for some of their objects (a
+    restore: only an `RNGState` or `ReplicaState` gathers): they resolve it
+    once at their entry and pass it down, and None lets each such object
+    resolve (and raise) for itself, as it would with no role given.
+    """
+    try:
+        return resolve_role(given, what)
+    except ChiefUnknownError:
+        return None
 
 
 def _torch_world_size() -> int:

@@ -24,6 +24,7 @@ from distrib.losses.overlap import Dice, Tversky
 from distrib.losses.probabilistic import CategoricalHinge, Hinge, KLDivergence, Poisson, SquaredHinge
 from distrib.losses.regression import (CosineSimilarity, Huber, LogCosh, MeanAbsoluteError,
                                        MeanAbsolutePercentageError, MeanSquaredError, MeanSquaredLogarithmicError)
+from distrib.utils.registry import ClassRegistry
 
 __all__ = ["get", "serialize", "deserialize", "CLASSES", "ALIASES"]
 
@@ -102,16 +103,14 @@ def get(identifier: Any) -> Optional[Loss]:
         f"loss must be a Keras loss name, a distrib.losses object or a callable, got {type(identifier).__name__}")
 
 
+_REGISTRY = ClassRegistry("loss", CLASSES)
+
+
 def serialize(loss: Loss) -> Dict[str, Any]:
     """``{"class_name": ..., "config": {...}}`` for a built-in loss (JSON-serialisable)."""
-    if type(loss).__name__ not in CLASSES:
-        raise ValueError(f"loss {loss!r} is not a built-in distrib loss and cannot be serialised")
-    return {"class_name": type(loss).__name__, "config": loss.get_config()}
+    return _REGISTRY.serialize(loss)
 
 
 def deserialize(config: Dict[str, Any]) -> Loss:
     """The loss `serialize` described; only built-in classes are accepted."""
-    name = config.get("class_name")
-    if name not in CLASSES:
-        raise ValueError(f"cannot deserialise loss class {name!r}; known classes are {sorted(CLASSES)}")
-    return CLASSES[name].from_config(dict(config.get("config", {})))
+    return _REGISTRY.deserialize(config)

@@ -47,6 +47,7 @@ from distrib.metrics.regression import (CosineSimilarity, LogCoshError, MeanAbso
                                         RootMeanSquaredError)
 from distrib.metrics.top_k import SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy
 from distrib.metrics.torchmetrics_adapter import TorchMetric, is_torchmetric
+from distrib.utils.registry import ClassRegistry
 
 __all__ = ["get", "serialize", "deserialize", "resolve_accuracy", "CLASSES", "ALIASES"]
 
@@ -187,16 +188,14 @@ def get(identifier: Any, loss: Any = None, y_true_shape: Optional[Sequence[int]]
                     f"got {type(identifier).__name__}")
 
 
+_REGISTRY = ClassRegistry("metric", CLASSES)
+
+
 def serialize(metric: Metric) -> Dict[str, Any]:
     """``{"class_name": ..., "config": {...}}`` for a built-in metric (JSON-serialisable)."""
-    if type(metric).__name__ not in CLASSES:
-        raise ValueError(f"metric {metric!r} is not a built-in distrib metric and cannot be serialised")
-    return {"class_name": type(metric).__name__, "config": metric.get_config()}
+    return _REGISTRY.serialize(metric)
 
 
 def deserialize(config: Dict[str, Any]) -> Metric:
     """The metric `serialize` described; only built-in classes are accepted."""
-    name = config.get("class_name")
-    if name not in CLASSES:
-        raise ValueError(f"cannot deserialise metric class {name!r}; known classes are {sorted(CLASSES)}")
-    return CLASSES[name].from_config(dict(config.get("config", {})))
+    return _REGISTRY.deserialize(config)

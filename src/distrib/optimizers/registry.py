@@ -22,6 +22,7 @@ from distrib.optimizers.adam_variants import Adamax, Lion, Nadam
 from distrib.optimizers.base import Optimizer
 from distrib.optimizers.rmsprop import Adagrad, RMSprop
 from distrib.optimizers.sgd import SGD
+from distrib.utils.registry import ClassRegistry
 
 __all__ = ["get", "serialize", "deserialize", "CLASSES", "ALIASES"]
 
@@ -54,16 +55,14 @@ def get(identifier: Any) -> Union[Optimizer, torch.optim.Optimizer]:
                     f"torch.optim.Optimizer, got {type(identifier).__name__}")
 
 
+_REGISTRY = ClassRegistry("optimizer", CLASSES)
+
+
 def serialize(optimizer: Optimizer) -> Dict[str, Any]:
     """``{"class_name": ..., "config": {...}}`` for a built-in distrib optimizer (JSON-serialisable)."""
-    if type(optimizer).__name__ not in CLASSES:
-        raise ValueError(f"optimizer {optimizer!r} is not a built-in distrib optimizer and cannot be serialised")
-    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+    return _REGISTRY.serialize(optimizer)
 
 
 def deserialize(config: Dict[str, Any]) -> Optimizer:
     """The (unbuilt) optimizer `serialize` described; only built-in classes are accepted."""
-    name = config.get("class_name")
-    if name not in CLASSES:
-        raise ValueError(f"cannot deserialise optimizer class {name!r}; known classes are {sorted(CLASSES)}")
-    return CLASSES[name].from_config(dict(config.get("config", {})))
+    return _REGISTRY.deserialize(config)

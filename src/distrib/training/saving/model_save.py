@@ -49,8 +49,8 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
-from distrib.checkpoint import storage
-from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
+from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, check_overwrite, write_directory
+from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.checkpoint.format import copy_state
 from distrib.training.saving import keras_io
 from distrib.training.saving.architecture import describe
@@ -135,14 +135,11 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
     """
     filepath = str(filepath)
     strategy = model.distribute_strategy
+    role = resolve_role(strategy, "model.save")  # the one lookup; passed down
     if filepath.endswith(".keras") and keras_io.is_keras_model(model.module):
         # A torch module saved to a ".keras" path (the seeds' spelling) gets distrib's directory format.
         if not overwrite:
-            taken = bool(strategy.is_chief) and storage.exists(filepath)
-            if strategy.multi_replica:
-                taken = strategy.collective.agree_any(taken)  # the chief's answer, for every worker
-            if taken:
-                raise FileExistsError(f"model.save: {filepath} exists; pass overwrite=True or choose another path")
+            check_overwrite(filepath, role, "model.save")
         keras_io.save_keras_file(model.module, filepath, strategy)
         return None
     config = model_config(model)  # raises (on every worker alike) if the compile config cannot be saved
@@ -153,4 +150,5 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
     if background:
         state = copy_state(state)
     return write_directory(filepath, strategy, {CONFIG_NAME: config_bytes, STATE_NAME: NestedState(state)},
-                           {"kind": FORMAT, "name": model.name}, overwrite, who="model.save", background=background)
+                           {"kind": FORMAT, "name": model.name}, overwrite, who="model.save", background=background,
+                           role=role)

@@ -32,6 +32,7 @@ import torch
 from distrib.checkpoint import storage
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
 from distrib.checkpoint.format import copy_state, load_state
+from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.checkpoint.fs import url_to_fs
 from distrib.training.errors import WeightsMismatchError
 
@@ -57,14 +58,19 @@ def save_weights(model: Any, filepath: Union[str, Any], overwrite: bool = True,
 
     ``background=True`` copies the weights now and writes the copy on a
     thread; the caller waits for the returned `PendingDirectory` (`ModelCheckpoint` does).
+
+    Steps: 1. role = resolve_role(model.distribute_strategy) (the one lookup);
+    2. the weights (copied if ``background``); 3. ``write_directory(..., role=role)``:
+    the overwrite check, the write path and the write, all under ``role``.
     """
+    role = resolve_role(model.distribute_strategy, "save_weights")
     filepath = str(filepath).rstrip("/")
     weights = _weights(model.module)
     if background:
         weights = copy_state(weights)
     return write_directory(filepath, model.distribute_strategy, {WEIGHTS_NAME: NestedState(weights)},
                            {"kind": WEIGHTS_FORMAT, "name": model.name}, overwrite, who="save_weights",
-                           background=background)
+                           background=background, role=role)
 
 
 def read_weights(filepath: str) -> Dict[str, torch.Tensor]:
