@@ -32,7 +32,7 @@ def direction_of(monitor: str, model: Any = None) -> Optional[str]:
     name = monitor[4:] if monitor.startswith("val_") else monitor
     if name == "loss":
         return "down"
-    for metric in getattr(model, "metrics", None) or []:  # duck-typed user model and metrics: attributes are optional
+    for metric in model.metrics if model is not None else []:
         if getattr(metric, "name", None) == name and getattr(metric, "direction", None) in ("up", "down"):  # user metrics
             return metric.direction
     lowered = name.lower()
