@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.training.errors import SerializationError
+from distrib.utils.callables import where_defined
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "class_name",
            "resolve_module_class", "resolve_builder", "build_module", "find", "is_registered",
@@ -58,8 +59,7 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 def importable_path(obj: Any) -> Optional[str]:
     """``"module:qualname"`` if ``obj`` can be imported back by that name, else None."""
-    module = getattr(obj, "__module__", None)  # any user object: not every callable has a module
-    qualname = getattr(obj, "__qualname__", None)  # any user object: not every callable has a qualname
+    module, qualname = where_defined(obj)
     if not module or not qualname or "<" in qualname:
         return None
     try:
