@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.training.errors import SerializationError
+from distrib.training.keras_config import from_config_of
 from distrib.utils.callables import where_defined
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "class_name",
@@ -241,8 +242,8 @@ def build_module(cls: type, config: Any, where: str) -> torch.nn.Module:
     try:
         if config is None:
             module = cls()
-        elif callable(getattr(cls, "from_config", None)):  # duck-typed user class: Keras-style config is optional
-            module = cls.from_config(config)
+        elif (from_config := from_config_of(cls)) is not None:
+            module = from_config(config)
         elif isinstance(config, dict):
             module = cls(**config)
         else:
