@@ -38,6 +38,7 @@ from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
+from distrib.checkpoint.trackable import Trackable
 from distrib.checkpoint.variable import Variable
 from distrib.strategies.checkpoint_role import CheckpointRole
 
@@ -105,7 +106,7 @@ class CheckpointLoadStatus:
 def _check_trackable(name: str, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         return
-    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):  # duck-typed trackable: anything with state_dict/load_state_dict
+    if isinstance(obj, Trackable) and callable(obj.state_dict) and callable(obj.load_state_dict):
         return
     if isinstance(obj, (int, float, bool)):
         raise TypeError(f"Checkpoint({name}=...): a plain {type(obj).__name__} cannot be restored in place; "
