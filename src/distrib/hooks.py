@@ -48,6 +48,7 @@ import os
 import signal
 import sys
 import threading
+import types
 from typing import Any, Callable, Dict, Hashable, Iterator, Optional, Tuple
 
 from distrib import error_report
@@ -160,8 +161,9 @@ def _hook_chain_has(hook: Any, target: Callable[..., Any], depth: int = 8) -> bo
         if level >= depth or id(fn) in seen or not callable(fn):
             continue
         seen.add(id(fn))
-        inner = [getattr(fn, "__wrapped__", None)]  # any user callable: wrappers and closures are optional
-        for cell in getattr(fn, "__closure__", None) or ():  # any user callable: wrappers and closures are optional
+        inner = [getattr(fn, "__wrapped__", None)]  # any user callable: only functools.wraps wrappers have one
+        closure = fn.__closure__ if isinstance(fn, (types.FunctionType, types.MethodType)) else None
+        for cell in closure or ():  # a function's cells (a method's are its function's)
             try:
                 inner.append(cell.cell_contents)
             except ValueError:  # an empty cell

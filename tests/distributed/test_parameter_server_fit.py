@@ -83,7 +83,7 @@ def scenario_fit_in_process() -> None:
     history = model.fit(distrib.data.experimental.DatasetCreator(dataset_fn), epochs=4, steps_per_epoch=12,
                         validation_data=dataset_fn, validation_steps=2, validation_freq=2, verbose=0)
     evaluated = model.evaluate(dataset_fn, steps=4, return_dict=True, verbose=0)
-    executor = type(distrib.training.execution.step_executor.executor_for(model.loop)).__name__     # the one loop's scheduled steps
+    executor = type(distrib.training.trainer.executor_for(model)).__name__     # the one loop's scheduled steps
     placement = sorted({d for p in model.module.parameters() for d in strategy.variable_placement(p)})
     updates = [strategy.ps_inventory(i)["updates"] for i in range(2)]
     no_steps = None

@@ -113,7 +113,7 @@ def test_early_stopping_auto_mode_reads_metric_direction_and_refuses_unknown():
     from distrib.strategies import context
 
     class S:
-        num_replicas_in_sync, device = 1, torch.device("cpu")
+        num_replicas_in_sync, device, collective = 1, torch.device("cpu"), None
 
     strategy = S()
     context.push(strategy)

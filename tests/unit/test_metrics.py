@@ -18,6 +18,7 @@ class FakeStrategy:
         self.num_replicas_in_sync = num_replicas
         self.device = torch.device("cpu")
         self.is_chief = True
+        self.collective = None   # no other processes (metrics treat None as nothing to replay or fold)
         self.peers = []          # metrics (or metric lists) whose state the "other replicas" hold
         self.calls = []
 

@@ -21,6 +21,5 @@ def is_chief(model: Any) -> bool:
 
 
 def model_strategy(model: Any) -> Any:
-    """``model.distribute_strategy``, or None where ``model`` (any object a callback was given: the
-    user's model, a stand-in, none) has no such attribute."""
-    return getattr(model, "distribute_strategy", None)  # duck-typed: a callback's model is the user's object
+    """``model.distribute_strategy`` (every `distrib.Model` has one), or None before a model is set."""
+    return None if model is None else model.distribute_strategy

@@ -7,6 +7,10 @@ finally ``on_train_end``. Every worker runs every callback (some, like
 `BackupAndRestore`, take part in collectives); callbacks that print or write
 files check ``self.model.distribute_strategy.is_chief`` themselves.
 
+``self.model`` is the `distrib.Model` (None until ``set_model``); callbacks
+read its ``distribute_strategy``, ``optimizer``, ``module``, ``metrics`` and
+``stop_training`` plainly, so a stand-in model needs those members.
+
 Example:
     >>> class PrintLoss(Callback):
     ...     def on_epoch_end(self, epoch, logs=None):

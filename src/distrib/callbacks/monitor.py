@@ -20,6 +20,7 @@ import warnings
 from typing import Any, Callable, Dict, Optional
 
 from distrib.callbacks.callback import Callback
+from distrib.metrics.base import Metric
 
 __all__ = ["MonitorCallback", "direction_of"]
 
@@ -32,8 +33,8 @@ def direction_of(monitor: str, model: Any = None) -> Optional[str]:
     name = monitor[4:] if monitor.startswith("val_") else monitor
     if name == "loss":
         return "down"
-    for metric in getattr(model, "metrics", None) or []:  # duck-typed user model and metrics: attributes are optional
-        if getattr(metric, "name", None) == name and getattr(metric, "direction", None) in ("up", "down"):  # user metrics
+    for metric in model.metrics if model is not None else []:
+        if isinstance(metric, Metric) and metric.name == name and metric.direction in ("up", "down"):
             return metric.direction
     lowered = name.lower()
     if any(key in lowered for key in _DOWN):

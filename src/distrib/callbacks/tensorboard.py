@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Union
 
+import torch
+
 from distrib.callbacks._chief import is_chief
 from distrib.callbacks.callback import Callback, Logs
 from distrib.optimizers.learning_rate import get_learning_rate
@@ -124,13 +126,13 @@ class TensorBoard(Callback):
 
     def _learning_rate(self) -> Optional[float]:
         try:
-            return get_learning_rate(getattr(self.model, "optimizer", None))  # duck-typed user model: the optimizer is optional
+            return get_learning_rate(self.model.optimizer)
         except (TypeError, ValueError):  # no optimizer, or one without a readable rate
             return None
 
     def _write_histograms(self, epoch: int) -> None:
-        module = getattr(self.model, "module", None)  # duck-typed user model: the wrapped module is optional
-        if module is None or not hasattr(module, "named_parameters"):
+        module = self.model.module
+        if not isinstance(module, torch.nn.Module):
             return
         writer = self._writers["train"]
         for name, param in module.named_parameters():

@@ -56,8 +56,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.discovery import older_siblings
 from distrib.checkpoint.background import BackgroundWrite
+from distrib.checkpoint.discovery import older_siblings
 from distrib.checkpoint.format import UnsafeFileError, copy_state
 from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.load_status import CheckpointLoadStatus
@@ -66,6 +66,7 @@ from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
+from distrib.checkpoint.trackable import RoleAware, Trackable
 from distrib.checkpoint.variable import Variable
 from distrib.strategies.checkpoint_role import CheckpointRole
 
@@ -86,7 +87,7 @@ class CheckpointRestoreError(DistribError, RuntimeError):
 def _check_trackable(name: str, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         return
-    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):  # duck-typed trackable: anything with state_dict/load_state_dict
+    if isinstance(obj, Trackable) and callable(obj.state_dict) and callable(obj.load_state_dict):
         return
     if isinstance(obj, (int, float, bool)):
         raise TypeError(f"Checkpoint({name}=...): a plain {type(obj).__name__} cannot be restored in place; "
@@ -352,10 +353,10 @@ def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseExcepti
 
 
 def _state_of(obj: Any, role: Optional[CheckpointRole]) -> Any:
-    """``obj``'s state: a tensor itself; under a known ``role``, ``state_dict_for(role)`` where it has one."""
+    """``obj``'s state: a tensor itself; under a known ``role``, ``state_dict_for(role)`` where it takes one."""
     if isinstance(obj, torch.Tensor):
         return obj
-    if role is not None and callable(getattr(obj, "state_dict_for", None)):
+    if role is not None and isinstance(obj, RoleAware):
         return obj.state_dict_for(role)
     return obj.state_dict()
 
@@ -370,7 +371,7 @@ def _restore_one(name: str, obj: Any, value: Any, where: str, role: Optional[Che
                 raise ValueError(f"saved shape {got} != tracked shape {tuple(obj.shape)}")
             with torch.no_grad():
                 obj.copy_(value)
-        elif role is not None and callable(getattr(obj, "load_state_dict_for", None)):
+        elif role is not None and isinstance(obj, RoleAware):
             obj.load_state_dict_for(value, role)
         else:
             obj.load_state_dict(value)

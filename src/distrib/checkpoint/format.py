@@ -39,7 +39,7 @@ from distrib.checkpoint.errors import UnsafeFileError
 from distrib.checkpoint.fs import url_to_fs
 from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
 from distrib.checkpoint.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
-                                         unsupported)
+                                         state_dict_metadata, unsupported)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -154,7 +154,7 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
         for k, v in value.items():
             check_key(path, k)
             out[k] = _copy(v, f"{path}/{k}", old.get(k))
-        meta = getattr(value, "_metadata", None)  # torch state dicts carry _metadata, plain dicts not
+        meta = state_dict_metadata(value)
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out

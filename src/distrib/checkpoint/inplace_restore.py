@@ -38,6 +38,7 @@ import torch
 from distrib.checkpoint.errors import CorruptCheckpointError
 from distrib.checkpoint.format import decode_state
 from distrib.checkpoint.state_file import StateFile, TensorRef
+from distrib.checkpoint.trackable import RestoresVerbatim
 
 __all__ = ["verbatim_tensors", "match_targets", "restore_in_place"]
 
@@ -51,7 +52,7 @@ def _key(tensor: torch.Tensor) -> _Key:
 def _copies_verbatim(module: torch.nn.Module) -> bool:
     """Whether ``module.load_state_dict`` copies saved values unchanged: no load hooks, torch's own loaders."""
     for sub in module.modules():
-        if getattr(sub, "_load_state_dict_pre_hooks", None) or getattr(sub, "_load_state_dict_post_hooks", None):  # private torch attributes, not in every torch version
+        if sub._load_state_dict_pre_hooks or sub._load_state_dict_post_hooks:  # torch's own hook tables (torch >= 1.13)
             return False
         loader = type(sub)._load_from_state_dict
         if not getattr(loader, "__module__", "").startswith("torch.nn."):
@@ -77,8 +78,9 @@ def verbatim_tensors(obj: Any) -> List[torch.Tensor]:
     if isinstance(obj, torch.optim.Optimizer):
         return [v for per_param in obj.state.values() if isinstance(per_param, dict)
                 for v in per_param.values() if isinstance(v, torch.Tensor)]
-    own = getattr(obj, "tensors_restored_verbatim", None)  # duck-typed trackable: the method is optional
-    return list(own()) if callable(own) else []
+    if isinstance(obj, RestoresVerbatim) and callable(obj.tensors_restored_verbatim):
+        return list(obj.tensors_restored_verbatim())
+    return []
 
 
 def match_targets(planned: Any, live: Any, verbatim: Iterable[torch.Tensor]) -> Dict[str, torch.Tensor]:

@@ -131,7 +131,7 @@ class CheckpointManager:
             raise ValueError(f"CheckpointManager: invalid checkpoint_name {checkpoint_name!r}")
         check_backend(str(directory), "CheckpointManager")
         self._checkpoint = checkpoint
-        self._strategy = scope_strategy() or getattr(checkpoint, "_strategy", None)  # a checkpoint-like stand-in may have no strategy
+        self._strategy = scope_strategy() or (checkpoint._strategy if isinstance(checkpoint, Checkpoint) else None)
         self._directory = str(directory).rstrip("/")
         self._max_to_keep = None if max_to_keep is None else int(max_to_keep)
         self._keep_hours = keep_checkpoint_every_n_hours

@@ -17,7 +17,14 @@ import torch
 
 from distrib.checkpoint.errors import UnsafeFileError
 
-__all__ = ["SkeletonEncoder", "decode_skeleton", "check_tensor", "check_array", "check_key", "unsupported", "short"]
+__all__ = ["SkeletonEncoder", "decode_skeleton", "check_tensor", "check_array", "check_key", "unsupported", "short",
+           "state_dict_metadata"]
+
+
+def state_dict_metadata(value: dict) -> Any:
+    """The ``_metadata`` a torch ``state_dict()`` carries (versions per submodule), or None for a
+    plain dict; saved beside the dict's items so a restored state dict loads as the original did."""
+    return getattr(value, "_metadata", None)  # torch state dicts carry _metadata, plain dicts not
 
 
 def check_tensor(path: str, tensor: torch.Tensor) -> None:
@@ -74,7 +81,7 @@ class SkeletonEncoder:
             check_key(path, k)
             items.append([self.encode(k, path), self.encode(v, f"{path}/{k}")])
         node: Dict[str, Any] = {"odict" if isinstance(value, collections.OrderedDict) else "dict": items}
-        meta = getattr(value, "_metadata", None)  # torch state dicts carry _metadata, plain dicts not
+        meta = state_dict_metadata(value)
         if meta is not None:
             node["metadata"] = self.encode(dict(meta), f"{path}/_metadata")
         return node

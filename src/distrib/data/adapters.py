@@ -117,10 +117,16 @@ class LoaderBatchesDataset(Dataset):
         return _LoaderBatchesIterator(self._loader, self._table, seed, state)
 
 
+def _generator_of(source: Any) -> Optional[torch.Generator]:
+    """The ``torch.Generator`` a DataLoader or sampler shuffles with (its state is saved with the
+    position), or None: ``generator`` is optional on samplers and on custom loaders."""
+    return getattr(source, "generator", None)  # torch DataLoader/sampler: a user sampler may have no generator
+
+
 class _LoaderBatchesIterator(BlockIterator):
     def __init__(self, loader: tud.DataLoader, table: Table, seed: int, state: Optional[dict]) -> None:
         self._table = table
-        generator = getattr(loader.sampler, "generator", None)  # torch DataLoader/sampler: a user sampler may have no generator
+        generator = _generator_of(loader.sampler)
         if state is not None and state.get("gen") is not None and generator is not None:
             generator.set_state(torch.tensor(state["gen"], dtype=torch.uint8))
         self._gen = None if generator is None else generator.get_state().tolist()
@@ -163,7 +169,7 @@ class LoaderIterableDataset(IterableDataset):
 
 class _LoaderIterator(BlockIterator):
     def __init__(self, loader: tud.DataLoader, state: Optional[dict]) -> None:
-        generator = getattr(loader, "generator", None)  # torch DataLoader/sampler: a user sampler may have no generator
+        generator = _generator_of(loader)
         if state is not None and state.get("gen") is not None and generator is not None:
             generator.set_state(torch.tensor(state["gen"], dtype=torch.uint8))
         self._gen = None if generator is None else generator.get_state().tolist()

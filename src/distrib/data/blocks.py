@@ -20,7 +20,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import numpy as np
 import torch
@@ -234,6 +234,15 @@ class ListBlock(Block):
         return stack_structures([materialize(x) for x in self.items])
 
 
+@runtime_checkable
+class RowKeyed(Protocol):
+    """A map function whose random draws follow the rows' place in the global batch
+    (`distrib.data.random_draws.RowKeyedCall`): a replica gathering rows ``lo:hi`` calls
+    ``at_row(lo, rows)`` instead of ``fn(rows)``."""
+
+    def at_row(self, first_row: int, element: Any) -> Any: ...
+
+
 class LazyBatch:
     """A batch not yet gathered: rows ``idx`` of ``table``, then batch-level maps ``fns``.
 
@@ -262,8 +271,7 @@ class LazyBatch:
     def value(self) -> Any:
         out = self.table.gather(self.idx)
         for fn in self.fns:
-            at_row = getattr(fn, "at_row", None)  # a map whose random draws follow the rows' global place
-            out = to_structure(at_row(self.start, out) if at_row is not None else call_unpacked(fn, out))
+            out = to_structure(fn.at_row(self.start, out) if isinstance(fn, RowKeyed) else call_unpacked(fn, out))
         return out
 
 

@@ -233,7 +233,7 @@ class Metric(StrategyBoundState):
 def _skipping_joiner_replay(update: Any) -> Any:
     @functools.wraps(update)
     def update_state(self: Metric, *args: Any, **kwargs: Any) -> Any:
-        if replaying_before_joining(getattr(self._strategy, "collective", None)):  # a stand-in strategy may have none
+        if replaying_before_joining(self._strategy.collective):
             return None
         return update(self, *args, **kwargs)
     update_state._skips_joiner_replay = True  # type: ignore[attr-defined]

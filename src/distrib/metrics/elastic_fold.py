@@ -125,7 +125,7 @@ def _unpack_into(states: List[Any], flat: torch.Tensor) -> None:
 
 def register_for_resizes(metric: Any) -> None:
     """Fold ``metric`` with the others of its strategy's collective when workers leave (elastic only)."""
-    collective = getattr(metric.distribute_strategy, "collective", None)  # a stand-in strategy may have none
+    collective = metric.distribute_strategy.collective
     if collective is None or not collective.elastic:
         return
     fold = _folds.get(collective)

@@ -86,7 +86,7 @@ class TorchMetric(Metric):
         self.metric = metric.to(self._strategy.device)
         _no_own_sync(self.metric)
         self._state_names = list(metric._defaults)
-        higher = getattr(metric, "higher_is_better", None)  # duck-typed torchmetrics metric: not every one says
+        higher = metric.higher_is_better  # torchmetrics.Metric's class attribute: None unless the metric says
         self.direction = None if higher is None else ("up" if higher else "down")
         self._scratch: Optional[Any] = None
 

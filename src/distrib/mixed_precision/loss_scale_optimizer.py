@@ -41,6 +41,7 @@ from distrib.comm.optimizer_hook import synchronize_gradients
 from distrib.optimizers.base import Optimizer as KerasNamedOptimizer
 from distrib.optimizers.torch_surface import TorchOptimizerSurface
 from distrib.optimizers.learning_rate import LearningRateValue, get_learning_rate, set_learning_rate
+from distrib.optimizers.optimizer_parts import finalizer_of
 
 __all__ = ["LossScaleOptimizer"]
 
@@ -209,7 +210,7 @@ class LossScaleOptimizer(TorchOptimizerSurface):
 
     def finalize_variable_values(self, var_list: Any = None) -> None:
         """The inner optimizer's (EMA weights at the end of ``fit``)."""
-        finalize = getattr(self.inner_optimizer, "finalize_variable_values", None)  # duck-typed inner optimizer (Keras's have it, torch's not)
+        finalize = finalizer_of(self.inner_optimizer)
         if finalize is not None:
             finalize(var_list)
 

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from distrib.optimizers.optimizer_parts import param_groups_of
+
 __all__ = ["get_learning_rate", "set_learning_rate", "LearningRateValue"]
 
 
@@ -52,8 +54,9 @@ def get_learning_rate(optimizer: Any) -> float:
         raise ValueError("the model has no optimizer: compile it with an optimizer first")
     if hasattr(optimizer, "learning_rate"):
         return float(optimizer.learning_rate)  # a LearningRateValue is a float; keep the plain type here
-    if isinstance(getattr(optimizer, "param_groups", None), list) and optimizer.param_groups:  # duck-typed user optimizer: torch's have param_groups, Keras's not
-        return float(optimizer.param_groups[0]["lr"])
+    groups = param_groups_of(optimizer)
+    if groups:
+        return float(groups[0]["lr"])
     raise TypeError(f"cannot read the learning rate of {type(optimizer).__name__}: expected a distrib optimizer "
                     "or a torch.optim.Optimizer")
 
@@ -66,8 +69,8 @@ def set_learning_rate(optimizer: Any, value: float) -> None:
     if hasattr(optimizer, "learning_rate"):
         optimizer.learning_rate = value
         return
-    groups = getattr(optimizer, "param_groups", None)  # duck-typed user optimizer: torch's have param_groups, Keras's not
-    if not isinstance(groups, list):
+    groups = param_groups_of(optimizer)
+    if groups is None:
         raise TypeError(f"cannot set the learning rate of {type(optimizer).__name__}: expected a distrib "
                         "optimizer or a torch.optim.Optimizer")
     for group in groups:

@@ -37,3 +37,6 @@ class TorchOptimizerSurface:
     @property
     def state(self) -> Any:
         return self.torch_optimizer.state
+
+    def finalize_variable_values(self, var_list: Any = None) -> None:
+        """At the end of ``fit`` (Keras's hook: ``use_ema`` swaps in the moving averages); nothing by default."""

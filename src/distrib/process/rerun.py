@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from distrib.errors import DistribError
+from distrib.utils.callables import module_file
 
 __all__ = ["RerunCommand", "RerunError", "rerun_command"]
 
@@ -58,7 +59,7 @@ def rerun_command(import_directory: Optional[str], why: str = "this program must
     """
     main = sys.modules.get("__main__")
     argv = list(sys.argv)
-    orig = list(getattr(sys, "orig_argv", None) or [sys.executable, *argv])  # sys.orig_argv exists from Python 3.10
+    orig = list(sys.orig_argv or [sys.executable, *argv])
     cut = len(orig) - len(argv)  # orig[cut] is what Python put in argv[0]: the script, module or code
     first = argv[0] if argv else ""
     if "ipykernel" in sys.modules or first.endswith("ipykernel_launcher.py"):
@@ -74,7 +75,7 @@ def rerun_command(import_directory: Optional[str], why: str = "this program must
         head = sys.path[0] if sys.path else ""
         start = head if os.path.isabs(head) and os.path.isdir(head) else import_directory
         return RerunCommand([*options, target, *rest], start)
-    main_file = getattr(main, "__file__", None)  # __main__ has no file under -c or an interactive shell
+    main_file = module_file(main)  # None under -c or an interactive shell
     if not main_file:
         raise RerunError(f"{why}, but the program's script cannot be found (sys.argv[0] is {first!r}): "
                          "run it as `python script.py`, or use `distrib launch`")

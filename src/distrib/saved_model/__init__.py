@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import numpy as np
 import torch
@@ -72,14 +72,23 @@ class ExportError(DistribError, ValueError):
     """The model cannot be exported (torch.export cannot trace it, or the signature is unusable)."""
 
 
+@runtime_checkable
+class _TrainedModel(Protocol):
+    """A `distrib.Model` as export sees it (the training package is above this one)."""
+
+    module: torch.nn.Module
+    distribute_strategy: Any
+
+
 def _module_and_strategy(obj: Any) -> Tuple[torch.nn.Module, Any]:
     from distrib.strategies import default
 
-    module = getattr(obj, "module", obj)
+    if isinstance(obj, _TrainedModel) and isinstance(obj.module, torch.nn.Module):
+        return obj.module, obj.distribute_strategy
+    module = getattr(obj, "module", obj)  # a torch wrapper (DataParallel, DDP): what it wraps is exported
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"saved_model.save needs a distrib.Model or torch.nn.Module, got {type(obj).__name__}")
-    strategy = getattr(obj, "distribute_strategy", None) or default.get_strategy()  # any user object: a model, a module or a plain object
-    return module, strategy
+    return module, default.get_strategy()
 
 
 def _specs(input_signature: Any, example_inputs: Any, where: str) -> List[TensorSpec]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, T
 import torch
 
 from distrib.comm.collective import Collective
+from distrib.comm.options import CommunicationOptions
 from distrib.data.input_context import InputContext, InputPlacement
 from distrib.strategies.per_replica import PerReplica
 
@@ -109,6 +110,11 @@ class Strategy(abc.ABC):
     def should_checkpoint(self) -> bool:
         """True where checkpoints are written (the chief)."""
         return self.is_chief
+
+    @property
+    def communication_options(self) -> Optional[CommunicationOptions]:
+        """The `CommunicationOptions` the strategy was built with; None for one that takes none."""
+        return None
 
     @property
     def extended(self) -> "Strategy":

@@ -47,6 +47,7 @@ from distrib.process.ports import free_port
 from distrib.process.spawn import start_task
 from distrib.launch.result import LaunchResult, LaunchTimeoutError
 from distrib.testing.child import result_filename, to_jsonable
+from distrib.utils.callables import where_defined
 
 __all__ = ["ClusterRunError", "run_cluster", "run_script", "run_python", "start_python", "free_port", "TAIL_LINES"]
 
@@ -99,8 +100,7 @@ def _shared_server(env: Mapping[str, Optional[str]]) -> Optional[SharedForkServe
 
 
 def _locate(fn: Callable[..., Any]) -> Dict[str, str]:
-    qualname = getattr(fn, "__qualname__", "")
-    module = getattr(fn, "__module__", None)  # any user callable: not every one has a module
+    module, qualname = where_defined(fn)
     if not callable(fn) or not qualname or module is None:
         raise TypeError(f"run_cluster: expected a module-level function, got {fn!r}")
     if "<locals>" in qualname or "<lambda>" in qualname:

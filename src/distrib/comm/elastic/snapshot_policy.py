@@ -47,8 +47,7 @@ class SnapshotPolicy:
 
     def kept(self, data: Any) -> None:
         """A snapshot was kept: note its size (`FrozenState.nbytes`, or the bytes' length)."""
-        size = getattr(data, "nbytes", None)  # bytes or a FrozenState (which has nbytes)
-        self.snapshot_nbytes = int(size) if size is not None else len(data) if isinstance(data, bytes) else 0
+        self.snapshot_nbytes = len(data) if isinstance(data, (bytes, bytearray)) else int(data.nbytes)
         self._joiner = False
 
     def wants(self, log: Any) -> bool:

@@ -185,8 +185,8 @@ def stepping_strategy() -> Optional["Strategy"]:
     strategy = ctx.strategy if ctx is not None else context.current_scope_strategy()
     if strategy is None or not strategy.multi_replica:
         return None
-    options = getattr(strategy, "communication_options", None)  # not part of the Strategy interface: a strategy may lack it
-    return strategy if options is not None and getattr(options, "global_batch_dropout", False) else None
+    options = strategy.communication_options
+    return strategy if options is not None and options.global_batch_dropout else None
 
 
 def replica_id_of(strategy: "Strategy") -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
+from distrib.strategies.parameter_server.coordinated import Coordinated
 from distrib.strategies.parameter_server.dispatch import Closure, Dispatcher
 from distrib.strategies.parameter_server.errors import CancelledError, UnavailableError
 from distrib.strategies.parameter_server.exporter import hyper_parameters
@@ -60,16 +61,15 @@ class ClusterCoordinator:
     """
 
     def __new__(cls, strategy: "Strategy") -> "ClusterCoordinator":
-        existing = getattr(strategy, "_coordinator", None)  # any strategy the user passed: only a ParameterServerStrategy has one
+        existing = strategy._coordinator if isinstance(strategy, Coordinated) else None
         return existing if isinstance(existing, cls) else super().__new__(cls)
 
     def __init__(self, strategy: "Strategy") -> None:
-        if getattr(strategy, "_coordinator", None) is self:  # any strategy the user passed: only a ParameterServerStrategy has one
-            return
-        parts = getattr(strategy, "coordinator_parts", None)  # any strategy the user passed: only a ParameterServerStrategy has them
-        if parts is None:
+        if not isinstance(strategy, Coordinated):
             raise TypeError(f"ClusterCoordinator needs a ParameterServerStrategy, got {type(strategy).__name__}")
-        runtime, definitions, apply_metric_deltas = parts()
+        if strategy._coordinator is self:
+            return
+        runtime, definitions, apply_metric_deltas = strategy.coordinator_parts()
         self._strategy = strategy
         self._lock = threading.Lock()
         self._dispatcher = Dispatcher(runtime, strategy.cluster.worker_ids, definitions, apply_metric_deltas)

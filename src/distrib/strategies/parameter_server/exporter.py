@@ -45,6 +45,7 @@ import torch
 from distrib.strategies.parameter_server import server as ps_server, wire as ps_wire
 from distrib.strategies.parameter_server.registered import (MODE_VARIABLE, RegisteredOnlyError, describe,
                                                             info_to_wire, recipe_of, registered_name)
+from distrib.utils.callables import module_file, where_defined
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -278,8 +279,8 @@ class Exporter:
 @contextlib.contextmanager
 def _by_value(obj: Any) -> Iterator[None]:
     """Pickle the user module that defines ``obj`` by value (workers may not have run it)."""
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")  # any user object: module and file may be absent
-    file = os.path.realpath(getattr(module, "__file__", None) or "")  # builtin modules have no file
+    module = sys.modules.get(where_defined(obj)[0] or "")
+    file = os.path.realpath(module_file(module) or "")
     user_code = (module is not None and module.__name__ != "__main__" and file
                  and not file.startswith(_LIBRARY_DIRS)
                  and not module.__name__.split(".")[0] in ("distrib", "torch", "numpy"))

@@ -48,6 +48,7 @@ import torch
 from distrib.errors import DistribError
 from distrib.strategies.parameter_server import wire as ps_wire
 from distrib.strategies.parameter_server.variables import Shard, VariableInfo
+from distrib.utils.callables import display_name, where_defined
 
 __all__ = ["remote_function", "registered_name", "registered_function", "registered_only",
            "RegisteredOnlyError", "MODE_VARIABLE", "info_to_wire", "info_from_wire", "describe"]
@@ -75,8 +76,7 @@ def registered_only(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def _default_name(fn: Callable) -> str:
-    module = getattr(fn, "__module__", None) or "?"  # any user callable: not every one has a module
-    return f"{module}:{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))}"
+    return f"{where_defined(fn)[0] or '?'}:{display_name(fn) or repr(fn)}"
 
 
 def remote_function(fn: Optional[Callable] = None, *, name: Optional[str] = None) -> Any:
@@ -142,7 +142,7 @@ def describe(obj: Any) -> str:
     """A short name for an object a message could not carry."""
     if isinstance(obj, torch.nn.Module):
         return f"a {type(obj).__name__} module"
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)  # any user object: names are optional
+    name = display_name(obj)
     if name and callable(obj) and not isinstance(obj, type):
         return f"function {name}"
     return f"{type(obj).__name__} {name}" if name else f"a {type(obj).__name__}"

@@ -105,7 +105,7 @@ def handler_name(fn: Callable) -> str:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    code = getattr(exc, "code", None)  # duck-typed exception: gRPC-style errors carry a code
+    code = exc.code if isinstance(exc, ChannelError) else None  # the gRPC status of a failed call
     if code == "DEADLINE_EXCEEDED":
         return f"no answer in time ({text})"
     if code == "UNAVAILABLE":

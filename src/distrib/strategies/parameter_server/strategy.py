@@ -49,6 +49,7 @@ from distrib.strategies.interface import Strategy, StrategyBoundState
 from distrib.strategies.step_scheduler import StepScheduler
 from distrib.strategies.parameter_server import server as ps_server
 from distrib.strategies.parameter_server.cluster import PSCluster
+from distrib.strategies.parameter_server.coordinated import Coordinated
 from distrib.strategies.parameter_server.handlers import role_handlers
 from distrib.strategies.parameter_server.exporter import Exporter, hyper_parameters
 from distrib.strategies.parameter_server.registered import registered_only
@@ -61,7 +62,7 @@ from distrib.utils.nest import map_structure
 __all__ = ["ParameterServerStrategy"]
 
 
-class ParameterServerStrategy(Strategy):
+class ParameterServerStrategy(Strategy, Coordinated):
     """Asynchronous data parallelism: workers run steps, ps tasks hold and update the variables.
 
     Args:

@@ -50,16 +50,14 @@ def make_callback_list(model: Any, callbacks: Optional[Iterable[Any]], *, verbos
     for c in user:
         if not isinstance(c, cb.Callback):
             raise TypeError(f"callbacks must be distrib.callbacks.Callback instances, got {type(c).__name__}")
-    progbar_cls = getattr(cb, "ProgbarLogger", None)
-    history_cls = getattr(cb, "History", None)
     items = list(user)
-    if verbose and progbar_cls is not None and not any(isinstance(c, progbar_cls) for c in items):
-        items.insert(0, progbar_cls())
+    if verbose and not any(isinstance(c, cb.ProgbarLogger) for c in items):
+        items.insert(0, cb.ProgbarLogger())
     history = None
-    if add_history and history_cls is not None:
-        history = next((c for c in items if isinstance(c, history_cls)), None)
+    if add_history:
+        history = next((c for c in items if isinstance(c, cb.History)), None)
         if history is None:
-            history = history_cls()
+            history = cb.History()
             items.append(history)
     callback_list = cb.CallbackList(items)
     callback_list.set_model(model)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from distrib.optimizers.optimizer_parts import finalizer_of
 from distrib.training.execution.eval_loop import run_evaluation
 from distrib.training.execution.fit_data import draw_seed, should_validate
 from distrib.training.execution.loop_host import LoopHost
@@ -81,7 +82,7 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
         if loop.agreed_stop():
             break
     state.attach_iterator(None)
-    finalize = getattr(loop.optimizer, "finalize_variable_values", None)  # duck-typed user optimizer (Keras's have it, torch's not)
+    finalize = finalizer_of(loop.optimizer)
     if finalize is not None and epochs > initial_epoch:
         finalize(None)  # use_ema: the weights become their moving averages, as Keras's fit does
     cbs.on_train_end(logs)

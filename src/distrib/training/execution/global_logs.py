@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 import torch
 
 from distrib.comm.collective import ReduceOp
+from distrib.metrics.base import Metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -26,7 +27,9 @@ __all__ = ["global_logs"]
 
 
 def _packable(metric: Any) -> bool:
-    return hasattr(metric, "state_tensors") and hasattr(metric, "result_from_states")
+    """A distrib `Metric` (every compiled metric is one: `distrib.metrics.get` makes them): its
+    state tensors are summed in the one all-reduce; anything else reports its own ``result()``."""
+    return isinstance(metric, Metric)
 
 
 def _value(result: Any) -> Any:
@@ -56,8 +59,7 @@ def global_logs(strategy: "Strategy", tracker: Any, metrics: Sequence[Tuple[str,
             summed[key] = flat[offset:offset + t.numel()].reshape(t.shape)
             offset += t.numel()
         result = metric.result_from_states(summed)
-        dtype = getattr(metric, "dtype", None)  # duck-typed user metric: dtype is optional
-        logs[name] = _value(result.to(dtype) if isinstance(result, torch.Tensor) and dtype is not None else result)
+        logs[name] = _value(result.to(metric.dtype) if isinstance(result, torch.Tensor) else result)
     for name, metric in metrics:
         if not _packable(metric):
             logs[name] = _value(metric.result())

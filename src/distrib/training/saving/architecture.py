@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from distrib.training.saving.keras_config import get_config_of
 from distrib.training.saving.serialization import SerializationError
 
 __all__ = ["describe", "rebuild"]
@@ -112,8 +113,8 @@ def _describe_custom(module: torch.nn.Module, seen: Dict[str, type]) -> Dict[str
     cls = type(module)
     name = class_name(cls) or f"{cls.__module__}:{cls.__qualname__}"
     seen[name] = cls
-    get_config = getattr(module, "get_config", None)  # duck-typed user module: Keras-style config is optional
-    if callable(get_config):
+    get_config = get_config_of(module)
+    if get_config is not None:
         return {"custom": name, "config": _jsonable(get_config())}
     params = inspect.signature(cls).parameters.values()
     if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):

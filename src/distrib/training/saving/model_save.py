@@ -50,10 +50,11 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, check_overwrite, write_directory
-from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.checkpoint.format import copy_state
+from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.training.saving import keras_io
 from distrib.training.saving.architecture import describe
+from distrib.training.saving.keras_config import get_config_of
 from distrib.training.saving.serialization import importable_path
 
 __all__ = ["save_model", "CONFIG_NAME", "STATE_NAME", "FORMAT"]
@@ -70,7 +71,7 @@ def _infer_builder(module: torch.nn.Module) -> Optional[str]:
     if cls.__module__.startswith("torch.") or keras_io.is_keras_model(module):
         return None
     path = importable_path(cls)
-    if path is None or callable(getattr(module, "get_config", None)):  # duck-typed user module: Keras-style config is optional
+    if path is None or get_config_of(module) is not None:
         return None
     try:
         params = inspect.signature(cls).parameters.values()

@@ -46,6 +46,8 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.training.errors import SerializationError
+from distrib.training.saving.keras_config import from_config_of
+from distrib.utils.callables import where_defined
 
 __all__ = ["register_serializable", "get_registered_name", "get_registered_object", "class_name",
            "resolve_module_class", "resolve_builder", "build_module", "find", "is_registered",
@@ -58,8 +60,7 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 def importable_path(obj: Any) -> Optional[str]:
     """``"module:qualname"`` if ``obj`` can be imported back by that name, else None."""
-    module = getattr(obj, "__module__", None)  # any user object: not every callable has a module
-    qualname = getattr(obj, "__qualname__", None)  # any user object: not every callable has a qualname
+    module, qualname = where_defined(obj)
     if not module or not qualname or "<" in qualname:
         return None
     try:
@@ -241,8 +242,8 @@ def build_module(cls: type, config: Any, where: str) -> torch.nn.Module:
     try:
         if config is None:
             module = cls()
-        elif callable(getattr(cls, "from_config", None)):  # duck-typed user class: Keras-style config is optional
-            module = cls.from_config(config)
+        elif (from_config := from_config_of(cls)) is not None:
+            module = from_config(config)
         elif isinstance(config, dict):
             module = cls(**config)
         else:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.training.errors import SerializationError
+from distrib.training.saving.keras_config import from_config_of, get_config_of
 from distrib.training.saving.registry import find, import_by_path, importable_path, is_registered
 
 __all__ = ["to_spec", "from_spec", "import_by_path", "importable_path", "SerializationError"]
@@ -63,11 +64,11 @@ def to_spec(identifier: Any, what: str = "compile argument") -> Any:
         return {"function": path}
     cls = type(identifier)
     class_path = f"{cls.__module__}.{cls.__qualname__}"
-    get_config = getattr(identifier, "get_config", None)  # duck-typed user object: Keras-style config is optional
-    if class_path.startswith(_ALLOWED_CLASS_PREFIXES) and callable(get_config):
+    get_config = get_config_of(identifier)
+    if class_path.startswith(_ALLOWED_CLASS_PREFIXES) and get_config is not None:
         return {"class": _public_class_path(cls), "config": _jsonable(get_config())}
     path = importable_path(cls)
-    if path is not None and callable(get_config):
+    if path is not None and get_config is not None:
         return {"custom_class": path, "config": _jsonable(get_config())}
     raise SerializationError(
         f"cannot save {what} {identifier!r}: give it a get_config() and make its class importable, "
@@ -105,8 +106,8 @@ def from_spec(spec: Any, what: str = "compile argument",
         config = spec.get("config") or {}
         if not isinstance(config, dict):
             raise SerializationError(f"saved {what} config of {path!r} must be an object")
-        from_config = getattr(cls, "from_config", None)  # duck-typed user class: Keras-style config is optional
-        return from_config(config) if callable(from_config) else cls(**config)
+        from_config = from_config_of(cls)
+        return from_config(config) if from_config is not None else cls(**config)
     raise SerializationError(f"saved {what} spec has unknown keys {sorted(spec)}")
 
 

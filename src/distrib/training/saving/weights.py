@@ -32,8 +32,8 @@ import torch
 from distrib.checkpoint import storage
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
 from distrib.checkpoint.format import copy_state, load_state
-from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.checkpoint.fs import url_to_fs
+from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.training.errors import WeightsMismatchError
 
 __all__ = ["save_weights", "load_weights", "WeightsMismatchError", "WEIGHTS_NAME",
