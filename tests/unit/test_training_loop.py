@@ -128,7 +128,28 @@ def test_stop_training_mid_epoch_ends_fit_after_that_execution(spe):
     assert len(history.history["loss"]) == 1
 
 
-def test_the_loop_runs_without_the_facade():
+def test_the_model_is_its_own_trainer_and_a_subclass_step_runs_in_fit_and_evaluate():
+    class Counting(distrib.Model):
+        def train_step(self, data, global_batch_size):
+            self.trained = getattr(self, "trained", 0) + 1
+            return super().train_step(data, global_batch_size)
+
+        def test_step(self, data, global_batch_size):
+            self.tested = getattr(self, "tested", 0) + 1
+            return super().test_step(data, global_batch_size)
+
+    x, y = _data(6)
+    model = Counting(torch.nn.Linear(2, 1))
+    model.compile(optimizer="sgd", loss="mse")
+    rec = Recorder()
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[rec])
+    model.evaluate(x, y, batch_size=3, verbose=0)
+    assert isinstance(model, Trainer) and model.loop is model and rec.model is model
+    assert (model.trained, model.tested) == (6, 2)
+    assert "_loop" not in vars(model) and "owner" not in vars(model)
+
+
+def test_the_trainer_runs_without_a_model():
     x, y = _data(6)
     torch.manual_seed(0)
     loop = Trainer(torch.nn.Linear(2, 1), distrib.get_strategy(), name="linear")
