@@ -32,6 +32,7 @@ import torch
 
 import distrib
 from distrib import hooks
+from distrib.cluster.resolver_base import ClusterResolver
 from distrib.cluster.task import TaskInfo
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
@@ -184,9 +185,9 @@ _CONNECTED: Dict[Tuple[Any, ...], Tuple["LocalReplicas", Any]] = {}
 
 
 def _base_address(base: Any) -> Optional[Tuple[str, int]]:
-    """The job's rendezvous address from ``base``'s resolver; None for a resolver without one (a
-    single-process or user-supplied resolver: duck-typed, so probed)."""
-    return getattr(base, "rendezvous_address", None)  # duck-typed: not every resolver has an address
+    """The job's rendezvous address from a distrib `ClusterResolver` (None in a single-process job); None
+    for a resolver of another kind (a TF-style one the user wrote knows no rendezvous address)."""
+    return base.rendezvous_address if isinstance(base, ClusterResolver) else None
 
 
 def connect_replicas(base: Any, labels: Sequence[str], devices: Sequence[torch.device], options: Any):

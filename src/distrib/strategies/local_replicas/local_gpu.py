@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from distrib.cluster.address import parse_address
+from distrib.cluster.resolver_base import ClusterResolver
 
 __all__ = ["local_task_index", "select_local_gpu"]
 
@@ -47,8 +48,8 @@ def local_task_index(resolver: Any, environ: Optional[Mapping[str, str]] = None)
 
 
 def _position_on_host(resolver: Any) -> int:
-    task = getattr(resolver, "task", None)  # duck-typed cluster resolver: None or one without a task
-    if resolver is None or task is None:
+    task = resolver.task if isinstance(resolver, ClusterResolver) else None  # another kind: no TaskInfo
+    if task is None:
         return 0
     spec = resolver.cluster_spec()
 
