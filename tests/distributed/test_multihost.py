@@ -91,6 +91,7 @@ def start_node(hosts: NamespaceHosts, i: int, script: str, out: str, *, nproc: i
     argv = [sys.executable, "-m", "distrib", "launch", "--hosts", addresses, "--node-rank", str(i),
             "--nproc-per-node", str(nproc), "--master-port", str(MASTER_PORT),
             "--max-restarts", str(max_restarts), "--timeout", str(budget), "--grace-seconds", "2",
+            "--output-from", "all",  # every task's report line, not only the chief's (the default)
             script, out, os.path.join(out, "backup"), str(timeout), str(fault_rank),
             str(fault_step), mode]
     env = dict(os.environ, OMP_NUM_THREADS="1")
