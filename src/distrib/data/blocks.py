@@ -20,7 +20,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -234,13 +234,16 @@ class ListBlock(Block):
         return stack_structures([materialize(x) for x in self.items])
 
 
-@runtime_checkable
-class RowKeyed(Protocol):
-    """A map function whose random draws follow the rows' place in the global batch
+class RowKeyed:
+    """Base of a map function whose random draws follow the rows' place in the global batch
     (`distrib.data.random_draws.RowKeyedCall`): a replica gathering rows ``lo:hi`` calls
-    ``at_row(lo, rows)`` instead of ``fn(rows)``."""
+    ``at_row(lo, rows)`` instead of ``fn(rows)``. A plain base class, not a protocol: the check
+    runs for every map of every batch."""
 
-    def at_row(self, first_row: int, element: Any) -> Any: ...
+    __slots__ = ()
+
+    def at_row(self, first_row: int, element: Any) -> Any:
+        raise NotImplementedError
 
 
 class LazyBatch:

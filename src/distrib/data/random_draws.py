@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
+from distrib.data.blocks import RowKeyed
 from distrib.data.stream import mix_seed
 from distrib.data.structure import call_unpacked
 
@@ -96,7 +97,7 @@ def drawing(key: ElementKey) -> Iterator[None]:
         _CURRENT.key = previous
 
 
-class RowKeyedCall:
+class RowKeyedCall(RowKeyed):
     """A map function deferred onto a lazy batch: its draws keyed by the rows' place in the global batch.
 
     A replica that gathers rows ``lo:hi`` of a global batch calls ``at_row(lo, rows)``.

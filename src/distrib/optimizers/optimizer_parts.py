@@ -1,9 +1,10 @@
-"""The parts of an optimizer whose class distrib does not know that it reads.
+"""Two parts of an optimizer that ``fit`` and the learning-rate helpers read, whatever its kind.
 
-``compile`` takes a distrib optimizer, a ``torch.optim.Optimizer`` or a
-Keras-style one; torch's keep their rates in ``param_groups`` and Keras's have
-``finalize_variable_values`` (EMA weights at the end of ``fit``). These two
-are the one place that asks.
+``compile`` takes a distrib optimizer (or a `LossScaleOptimizer`) or a
+``torch.optim.Optimizer``. Rates live in ``param_groups`` (torch's, and any
+optimizer written like one: the one place that asks for them);
+``finalize_variable_values`` (EMA weights at the end of ``fit``) is a method
+of every distrib optimizer, and a torch optimizer has none.
 
 Example:
     >>> sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
