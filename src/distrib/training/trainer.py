@@ -180,7 +180,7 @@ class Trainer:
         self.loss_tracker = LossTracker(self.strategy)
         self.step_plan = None
         self.jit = JitForward(self.name, partial(step_fns.forward_and_loss, self)) if jit else None
-        self.steps_per_execution = steps_per_execution
+        self._steps_per_execution = steps_per_execution  # checked above, with compile's own message
         self.compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "loss_weights": loss_weights}
         if jit:
             self.compile_args["jit_compile"] = True
