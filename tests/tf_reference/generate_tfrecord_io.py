@@ -108,7 +108,7 @@ def describe(value):
     if isinstance(value, tf.SparseTensor):
         return {"sparse": {"indices": value.indices.numpy().tolist(), "values": describe(value.values),
                            "dense_shape": value.dense_shape.numpy().tolist()}}
-    array = value.numpy()
+    array = np.asarray(value.numpy(), dtype=object if value.dtype == tf.string else None)
     if value.dtype == tf.string:
         flat = [bytes(v).hex() for v in array.reshape(-1).tolist()]
     else:
@@ -128,11 +128,11 @@ def parse_results(tf, records):
         for r in records:
             try:
                 single.append({k: describe(v) for k, v in tf.io.parse_single_example(r, spec).items()})
-            except Exception as exc:  # noqa: BLE001 (TF's error is the reference)
+            except (tf.errors.OpError, ValueError) as exc:  # TF's error is the reference
                 single.append(error(exc))
         try:
             batch = {k: describe(v) for k, v in tf.io.parse_example(tf.constant(records), spec).items()}
-        except Exception as exc:  # noqa: BLE001
+        except (tf.errors.OpError, ValueError) as exc:
             batch = error(exc)
         out[name] = {"single": single, "batch": batch}
     return out
@@ -174,7 +174,7 @@ def read_all(tf, path, compression=""):
         for r in tf.data.TFRecordDataset(str(path), compression_type=compression):
             got.append(r.numpy())
         return {"records": [g.hex() for g in got]}
-    except Exception as exc:  # noqa: BLE001
+    except tf.errors.OpError as exc:
         return {"records": [g.hex() for g in got], **error(exc)}
 
 
@@ -202,6 +202,9 @@ def images(tf):
             for ch in (0, 1, 3):
                 pixels[f"{name}:decode_jpeg:{ch}"] = tf.io.decode_jpeg(data, channels=ch).numpy()
             pixels[f"{name}:decode_jpeg:ratio2"] = tf.io.decode_jpeg(data, ratio=2).numpy()
+            for method in ("INTEGER_ACCURATE", "INTEGER_FAST"):
+                pixels[f"{name}:decode_jpeg:{method}"] = tf.io.decode_jpeg(data, dct_method=method).numpy()
+            pixels[f"{name}:decode_jpeg:no_fancy"] = tf.io.decode_jpeg(data, fancy_upscaling=False).numpy()
         else:
             for ch in (0, 1, 3, 4):
                 pixels[f"{name}:decode_png:{ch}"] = tf.io.decode_png(data, channels=ch).numpy()
