@@ -178,6 +178,30 @@ def read_all(tf, path, compression=""):
         return {"records": [g.hex() for g in got], **error(exc)}
 
 
+#: records per part file (parts/part-<i>.tfrecord hold b"part<i>-<j>")
+PART_SIZES = [3, 5, 2, 4]
+
+
+def parallel_reads(tf):
+    """The order TF reads the part files in, plain and with ``num_parallel_reads``."""
+    (OUT / "parts").mkdir(exist_ok=True)
+    paths = []
+    for i, n in enumerate(PART_SIZES):
+        path = OUT / "parts" / f"part-{i}.tfrecord"
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for j in range(n):
+                writer.write(f"part{i}-{j}".encode())
+        paths.append(str(path))
+    out = {}
+    for reads in (None, 2, 3):
+        got = tf.data.TFRecordDataset(paths, num_parallel_reads=reads)
+        out[f"list/{reads}"] = [r.decode() for r in got.as_numpy_iterator()]
+        names = tf.data.Dataset.list_files(str(OUT / "parts" / "part-*.tfrecord"), shuffle=False)
+        out[f"list_files/{reads}"] = [r.decode() for r in tf.data.TFRecordDataset(names, num_parallel_reads=reads)
+                                      .as_numpy_iterator()]
+    return out
+
+
 def images(tf):
     h, w = 24, 32
     yy, xx = np.mgrid[0:h, 0:w]
@@ -240,6 +264,7 @@ def main():
         path = OUT / f"written_by_distrib.tfrecord{suffix}"
         if path.exists():
             result["written_by_distrib"][compression or "NONE"] = read_all(tf, path, compression)
+    result["parallel_reads"] = parallel_reads(tf)
     np.savez_compressed(OUT / "pixels.npz", **images(tf))
     (OUT / "tfrecord_io.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
