@@ -106,17 +106,28 @@ def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscal
 
     ``channels``: 0 keeps the file's (1 or 3), 1 asks the decoder for
     grayscale (luma, as TF's), 3 for RGB. ``ratio`` (1, 2, 4, 8) scales down
-    while decoding. ``fancy_upscaling``, ``dct_method``, ``try_recover_truncated``
-    and ``acceptable_fraction`` are accepted; decoding uses TF's defaults.
+    while decoding. ``dct_method``: ``""``/``"INTEGER_FAST"`` (TF's default)
+    or ``"INTEGER_ACCURATE"``. Pixels equal TF's except for one case: TF's
+    default on a color JPEG with subsampled chroma (fast IDCT with fancy
+    upsampling, a pair Pillow does not offer) is decoded with the accurate
+    IDCT, within a few levels of TF's (docs/input-pipelines.md).
+    ``try_recover_truncated`` and ``acceptable_fraction`` are accepted.
     """
     where = "decode_jpeg"
     channels = _check_channels(channels, where, (0, 1, 3))
     if ratio not in (1, 2, 4, 8):
         raise ValueError(f"{where}: ratio must be 1, 2, 4 or 8, got {ratio}")
+    if dct_method not in ("", "INTEGER_FAST", "INTEGER_ACCURATE"):
+        raise ValueError(f"{where}: dct_method must be '', 'INTEGER_FAST' or 'INTEGER_ACCURATE', got {dct_method!r}")
     image = _open(_bytes(contents, where), where, ("JPEG",))
     if channels == 1 or ratio != 1:
         size = (-(-image.size[0] // ratio), -(-image.size[1] // ratio)) if ratio != 1 else None
         image.draft("L" if channels == 1 else image.mode, size)
+    one_plane = channels == 1 or len({(h, v) for _, h, v, _ in image.layer}) <= 1
+    fast = dct_method != "INTEGER_ACCURATE" and (one_plane or not fancy_upscaling or ratio != 1)
+    # Pillow's decoder options: (scale, draft); draft = libjpeg's fast IDCT without fancy upsampling.
+    scale = image.decoderconfig[0] if image.decoderconfig else 1
+    image.decoderconfig = (scale, 1 if fast else 0)
     return _to_hwc(_load(image, where), channels)
 
 
@@ -217,7 +228,7 @@ def encode_jpeg(image: Any, format: str = "", quality: int = 95, progressive: bo
     if array.dtype != np.uint8 or array.shape[2] not in (1, 3):
         raise ValueError(f"encode_jpeg takes uint8 images with 1 or 3 channels, got {array.dtype} with "
                          f"{array.shape[2]}")
-    picture = Image.fromarray(array[:, :, 0] if array.shape[2] == 1 else array, "L" if array.shape[2] == 1 else "RGB")
+    picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0] if array.shape[2] == 1 else array))
     out = io.BytesIO()
     picture.save(out, "JPEG", quality=int(quality), progressive=progressive, optimize=optimize_size,
                  subsampling=2 if chroma_downsampling else 0, dpi=(x_density, y_density))
@@ -235,10 +246,9 @@ def encode_png(image: Any, compression: int = -1, name: Optional[str] = None) ->
     if array.dtype == np.uint16:
         if array.shape[2] != 1:
             raise ValueError("encode_png: 16-bit images must have 1 channel here")
-        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0]).astype("<u2"), "I;16")
+        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0]).astype("<u2"))  # mode I;16
     elif array.dtype == np.uint8:
-        channels = array.shape[2]
-        picture = Image.fromarray(array[:, :, 0] if channels == 1 else array, _MODES[channels])
+        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0] if array.shape[2] == 1 else array))
     else:
         raise ValueError(f"encode_png takes uint8 or uint16 images, got {array.dtype}")
     out = io.BytesIO()
