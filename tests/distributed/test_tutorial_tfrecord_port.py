@@ -27,8 +27,8 @@ ARGS = ["--observations", SETTINGS["observations"], "--seed", SETTINGS["seed"],
         "--image-seed", SETTINGS["image_seed"], "--epochs", SETTINGS["epochs"],
         "--batch-size", SETTINGS["batch_size"], "--learning-rate", SETTINGS["learning_rate"],
         "--initial-weights-seed", SETTINGS["initial_weights_seed"]]
-#: TF 2.21's decode_jpeg (dct_method "", i.e. INTEGER_FAST) and Pillow's (libjpeg's accurate DCT) differ:
-#: on these images by 1.3 to 1.9 levels on average and at most 11, the worst at saturated edges.
+#: TF 2.21 decodes these colour JPEGs (subsampled chroma) with the fast IDCT and fancy upsampling, a pair
+#: Pillow does not offer (see distrib.io.decode_jpeg): 1.3 to 1.9 levels apart on average, at most 11.
 JPEG_ATOL, JPEG_MEAN = 12, 2.5
 LOSS_RTOL = 1e-5
 

@@ -19,9 +19,9 @@ from distrib.datasets import TfdsDirError, load_tfds_dir
 DATA = Path(__file__).resolve().parents[1] / "data" / "tf_reference"
 TF = json.loads((DATA / "tfds_tiny.json").read_text())
 DIRECTORY = DATA / TF["directory"]
-#: TF decodes JPEG with libjpeg's fast integer DCT (dct_method "" = INTEGER_FAST); Pillow, under
-#: distrib.io.decode_jpeg, with the accurate one: the same file's pixels differ by a few levels
-#: (up to 9 on these photos of uniform noise, the worst case for a DCT; PNG pixels are exact).
+#: TF decodes a colour JPEG with subsampled chroma by libjpeg's fast IDCT with fancy upsampling, a
+#: pair Pillow does not offer, so distrib.io.decode_jpeg uses the accurate IDCT there: pixels differ by
+#: a few levels (up to 9 on these photos of uniform noise, the worst case; PNG pixels are exact).
 JPEG_ATOL = 10
 _TORCH = {"uint8": torch.uint8, "int64": torch.int64, "int32": torch.int32, "float32": torch.float32,
           "bool": torch.bool}
