@@ -251,3 +251,30 @@ def test_resume_while_writing_in_a_fresh_process(tmp_path, small_records, stop):
     assert os.path.exists(cache_path(name, ""))
     calls.clear()
     assert [v.tolist() for v in ds] == expected and calls == []   # the file holds the whole pass
+
+
+def test_tfrecord_bytes_are_cached_byte_for_byte(tmp_path, small_records):
+    import distrib
+
+    path = str(tmp_path / "r.tfrecord")
+    payloads = [bytes([i, 0, 255, 128]) * i for i in range(9)]   # not UTF-8, empty, trailing NULs
+    with distrib.io.TFRecordWriter(path) as writer:
+        for p in payloads:
+            writer.write(p)
+    ds = distrib.data.TFRecordDataset(path).cache(str(tmp_path / "c"))
+    assert list(ds) == payloads
+    os.unlink(path)               # the second pass reads only the cache
+    assert list(ds) == payloads and all(type(v) is bytes for v in ds)
+
+
+def test_a_restored_reader_rebuilds_a_deleted_file_from_the_pass_that_filled_it(tmp_path, small_records):
+    name = str(tmp_path / "c")
+    ds = Dataset.range(12).shuffle(12, seed=4).cache(name)
+    full = [int(v) for v in ds]
+    it = iter(ds)
+    [next(it) for _ in range(5)]
+    state = json.loads(json.dumps(it.state_dict()))
+    os.unlink(cache_path(name, ""))
+    again = iter(Dataset.range(12).shuffle(12, seed=4).cache(name))
+    again.load_state_dict(state)
+    assert [int(v) for v in again] == full[5:] and os.path.exists(cache_path(name, ""))

@@ -20,13 +20,14 @@ from typing import Any, List, Optional, Tuple
 from distrib.data.blocks import Block, materialize
 from distrib.data.caching.cache_file import CacheReader, CacheWriter, cache_path, open_cache
 from distrib.data.iterator import pipeline_signature
-from distrib.data.stream import ALL, BlockIterator, IterContext, pull
+from distrib.data.stream import BlockIterator, IterContext, pull
 
 __all__ = ["file_cache_iterator"]
 
 _log = logging.getLogger("distrib.data")
 
 Lineage = Tuple[int, ...]
+_REBUILD_BLOCK = 256
 
 
 def file_cache_iterator(node: Any, ctx: IterContext, k: int, lineage: Lineage,
@@ -59,8 +60,10 @@ def _rebuild(node: Any, ctx: IterContext, k: int, path: str, signature: List[str
     source = ctx.cache_sources.get(k, {"lineage": lineage, "in": None})
     inner = node._input._iterator(ctx, tuple(source["lineage"]), source["in"])
     writer = CacheWriter(path, signature)
-    for block in pull(inner, ALL):
+    block = inner.next_block(_REBUILD_BLOCK)
+    while block is not None:   # streamed: the input is never held whole
         writer.add([materialize(e) for e in block.elements()])
+        block = inner.next_block(_REBUILD_BLOCK)
     writer.publish()
     found = open_cache(path, signature)
     if not isinstance(found, CacheReader):
