@@ -165,11 +165,17 @@ def test_two_datasets_with_one_filename_in_one_process(tmp_path, small_records):
 Point = collections.namedtuple("Point", ["x", "label"])
 
 
+def _objects(items):
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
 def test_strings_bytes_and_nested_structures_round_trip(tmp_path, small_records):
     rows = [
         {"t": (torch.arange(i, dtype=torch.int16), Point(torch.tensor(i / 3.0, dtype=torch.float64), "é" * i)),
          "words": np.array(["a", "bc", str(i)]), "raw": bytes([0, 255, i, 0]),
-         "flags": [torch.tensor(i % 2 == 0), torch.zeros(0, 3)]}
+         "flags": [torch.tensor(i % 2 == 0), torch.zeros(0, 3)], "blobs": _objects([bytes([i, 0]), b""])}
         for i in range(7)]
     path = str(tmp_path / "c")
     writer = cache_file.CacheWriter(cache_path(path, ""), ["X"])
@@ -180,6 +186,7 @@ def test_strings_bytes_and_nested_structures_round_trip(tmp_path, small_records)
     assert all_same(rows, back)
     assert type(back[3]["t"][1]).__name__ == "Point" and back[3]["t"][1].label == "ééé"
     assert back[5]["raw"] == bytes([0, 255, 5, 0]) and back[5]["words"].tolist() == ["a", "bc", "5"]
+    assert back[6]["blobs"].dtype == object and back[6]["blobs"].tolist() == [bytes([6, 0]), b""]
 
 
 def test_stacked_records_read_back_as_index_blocks_of_the_same_elements():

@@ -15,9 +15,10 @@ file first if it is gone, from the pass that filled it).
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Tuple
+from typing import List, Optional, Protocol, Tuple
 
 from distrib.data.blocks import Block, materialize
+from distrib.data.dataset import Dataset
 from distrib.data.caching.cache_file import CacheReader, CacheWriter, cache_path, open_cache
 from distrib.data.iterator import pipeline_signature
 from distrib.data.stream import BlockIterator, IterContext, pull
@@ -30,7 +31,14 @@ Lineage = Tuple[int, ...]
 _REBUILD_BLOCK = 256
 
 
-def file_cache_iterator(node: Any, ctx: IterContext, k: int, lineage: Lineage,
+class CachedNode(Protocol):
+    """What the iterators need of `distrib.data.cache.CacheDataset` (which imports this module)."""
+
+    filename: str
+    _input: Dataset
+
+
+def file_cache_iterator(node: CachedNode, ctx: IterContext, k: int, lineage: Lineage,
                         state: Optional[dict]) -> BlockIterator:
     """The iterator of cache node ``node`` (the ``k``-th of its pipeline) writing or reading its file."""
     path = cache_path(node.filename, ctx.cache_suffix)
@@ -54,7 +62,7 @@ def _usable(path: str, signature: List[str]) -> Optional[CacheReader]:
     return None
 
 
-def _rebuild(node: Any, ctx: IterContext, k: int, path: str, signature: List[str],
+def _rebuild(node: CachedNode, ctx: IterContext, k: int, path: str, signature: List[str],
              lineage: List[int]) -> CacheReader:
     """Write the cache again from the pass that filled it (or a new pass), for a restored reader."""
     source = ctx.cache_sources.get(k, {"lineage": lineage, "in": None})
@@ -98,7 +106,7 @@ class _ReadIterator(BlockIterator):
 
 
 class _FillIterator(BlockIterator):
-    def __init__(self, node: Any, ctx: IterContext, k: int, path: str, signature: List[str],
+    def __init__(self, node: CachedNode, ctx: IterContext, k: int, path: str, signature: List[str],
                  lineage: Lineage, state: Optional[dict]) -> None:
         self._ctx, self._k = ctx, k
         self._lineage = list(state["lineage"]) if state else list(lineage)

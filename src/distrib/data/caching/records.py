@@ -59,9 +59,14 @@ def _leaf_kind(value: Any) -> Dict[str, Any]:
         return {"k": "str"}
     if isinstance(value, (bytes, np.bytes_)):
         return {"k": "bytes"}
-    if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
-        kind = {"U": "U", "S": "S", "O": "O"}[value.dtype.kind]
-        return {"k": kind, "shape": list(value.shape)}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US":
+        return {"k": value.dtype.kind, "shape": list(value.shape)}
+    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
+        items = value.reshape(-1).tolist()
+        if all(isinstance(v, (bytes, np.bytes_)) for v in items):
+            return {"k": "O", "shape": list(value.shape)}     # bytes records (TFRecord, parse_example)
+        if all(isinstance(v, (str, np.str_)) for v in items):
+            return {"k": "U", "shape": list(value.shape)}
     raise TypeError(f"cache(filename) cannot store a {type(value).__name__} element component: "
                     "components must be tensors or strings/bytes (nested in tuples, lists or dicts)")
 
