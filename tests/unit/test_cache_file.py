@@ -285,3 +285,23 @@ def test_a_restored_reader_rebuilds_a_deleted_file_from_the_pass_that_filled_it(
     again = iter(Dataset.range(12).shuffle(12, seed=4).cache(name))
     again.load_state_dict(state)
     assert [int(v) for v in again] == full[5:] and os.path.exists(cache_path(name, ""))
+
+
+@pytest.mark.parametrize("payload", [
+    os.urandom(300),
+    b"\xff\xff\xff\xff" + b"{}",
+    records.encode_elements([torch.arange(3)])[:40],
+    (lambda head: len(head).to_bytes(4, "little") + head + records.encode_elements([torch.arange(3)])[
+        4 + int.from_bytes(records.encode_elements([torch.arange(3)])[:4], "little"):])(
+        json.dumps({"n": 1, "stacked": True, "tree": {"k": "U", "shape": [1 << 40]}}).encode()),
+])
+def test_a_forged_record_with_a_valid_checksum_is_one_error(tmp_path, payload):
+    """CRCs only catch accidents: a record built to pass them still never decodes into a crash."""
+    path = cache_path(str(tmp_path / "c"), "")
+    frame = cache_file._FRAME.pack(len(payload), cache_file._masked_crc(payload))
+    index = json.dumps({"format": 1, "pipeline": ["CacheDataset", "RangeDataset"][1:],
+                        "records": [[len(cache_file.MAGIC), len(payload), 1]]}).encode()
+    with open(path, "wb") as h:
+        h.write(cache_file.MAGIC + frame + payload + index + len(index).to_bytes(8, "little") + cache_file.END)
+    with pytest.raises(CacheFileError, match=f"{path} is damaged at byte {len(cache_file.MAGIC)}"):
+        list(Dataset.range(3).cache(str(tmp_path / "c")))
