@@ -162,3 +162,11 @@ def test_binary_records_stay_bytes_through_the_pipeline_and_its_saved_states(tmp
     fresh = iter(scanned)
     fresh.load_state_dict(json.loads(json.dumps(it.state_dict())))
     assert list(fresh) == [b"\xff\x00ab\x80cc", b"\xff\x00ab\x80cc", b"\xff\x00ab\x80cce"]
+
+
+def test_interleave_of_tfrecord_dataset_over_file_names_is_tf_order_and_a_file_source():
+    names = Dataset.from_tensor_slices(PARTS)
+    ds = names.interleave(TFRecordDataset, cycle_length=2, block_length=1)
+    assert [r.decode() for r in ds] == REF["parallel_reads"]["list/2"]
+    mine, how = shard(ds, num_workers=2, worker=0)
+    assert how is Sharding.FILE and {r.decode()[:5] for r in mine} == {"part0", "part2"}
