@@ -13,7 +13,15 @@ It writes into ``tests/data/tf_reference/tfrecord_io/``:
   and ``parse_example`` give for each scenario of ``PARSE_SCENARIOS`` (or the
   error TF raises), what TF reads from damaged copies, and what TF reads from
   the files distrib wrote (``written_by_distrib.*``, when present);
-* ``pixels.npz``: the source pixels and TF's decodings of the image files.
+* ``pixels.npz``: the source pixels and TF's decodings of the image files;
+* ``parts/part-<i>.tfrecord``: small files whose read order TF records with and
+  without ``num_parallel_reads``.
+
+``written_by_distrib.tfrecord{,.gz,.zz}`` are written by distrib's
+``TFRecordWriter`` (from the records of ``tfrecord_io.json``, before this script
+runs; any records do: the tests compare TF's reading of each stored file with
+distrib's reading of the same file). TF serializes an Example's feature map in no
+fixed order, so a new run stores different (equally valid) record bytes.
 """
 import hashlib
 import json

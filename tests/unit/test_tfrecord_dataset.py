@@ -143,3 +143,30 @@ def test_a_damaged_file_in_a_pipeline_is_one_data_loss_line(tmp_path):
     (tmp_path / "bad.tfrecord").write_bytes(bytes(data))
     with pytest.raises(dio.DataLossError, match=r"bad\.tfrecord"):
         list(TFRecordDataset([str(REF_DIR / FILES[None]), str(tmp_path / "bad.tfrecord")]).batch(4))
+
+
+def test_binary_records_stay_bytes_through_the_pipeline_and_its_saved_states(tmp_path):
+    records = [b"\xff\x00a", b"b", b"\x80cc", b"", b"e"]
+    with dio.TFRecordWriter(tmp_path / "b.tfrecord") as writer:
+        for r in records:
+            writer.write(r)
+    ds = TFRecordDataset(str(tmp_path / "b.tfrecord"))
+    assert list(ds.batch(2).unbatch()) == records
+    assert sorted(r for b in ds.shuffle(5, seed=1).batch(2) for r in b.tolist()) == sorted(records)
+    assert list(ds.map(lambda r: r[:1])) == [r[:1] for r in records]
+    padded = list(ds.map(lambda r: np.array([r, r], dtype=object)).padded_batch(2, padded_shapes=[3]))
+    assert padded[0].dtype == object and padded[0].tolist() == [[b"\xff\x00a"] * 2 + [b""], [b"b"] * 2 + [b""]]
+    scanned = ds.scan(b"", lambda state, r: (state + r, state + r))  # a bytes state saved as JSON
+    it = iter(scanned)
+    next(it), next(it)
+    fresh = iter(scanned)
+    fresh.load_state_dict(json.loads(json.dumps(it.state_dict())))
+    assert list(fresh) == [b"\xff\x00ab\x80cc", b"\xff\x00ab\x80cc", b"\xff\x00ab\x80cce"]
+
+
+def test_interleave_of_tfrecord_dataset_over_file_names_is_tf_order_and_a_file_source():
+    names = Dataset.from_tensor_slices(PARTS)
+    ds = names.interleave(TFRecordDataset, cycle_length=2, block_length=1)
+    assert [r.decode() for r in ds] == REF["parallel_reads"]["list/2"]
+    mine, how = shard(ds, num_workers=2, worker=0)
+    assert how is Sharding.FILE and {r.decode()[:5] for r in mine} == {"part0", "part2"}
