@@ -232,6 +232,8 @@ _CHILD = textwrap.dedent("""
     from distrib.data.caching import cache_file
     cache_file.RECORD_ELEMENTS = 4
     ds = Dataset.range(25).map(lambda x: x * x).shuffle(8, seed=5).cache({name!r}).batch(4)
+    for _ in range({full_passes}):
+        list(ds)
     it = iter(ds)
     for _ in range({stop}):
         next(it)
@@ -246,7 +248,8 @@ _CHILD = textwrap.dedent("""
 def test_resume_while_writing_in_a_fresh_process(tmp_path, small_records, stop):
     name = str(tmp_path / "c")
     expected = [v.tolist() for v in Dataset.range(25).map(lambda x: x * x).shuffle(8, seed=5).batch(4)]
-    child = subprocess.run([sys.executable, "-c", _CHILD.format(src=os.path.abspath(SRC), name=name, stop=stop)],
+    child = subprocess.run([sys.executable, "-c", _CHILD.format(src=os.path.abspath(SRC), name=name, stop=stop,
+                                                                  full_passes=0)],
                            capture_output=True, text=True, timeout=100, check=True)
     state = json.loads(child.stdout.strip().splitlines()[-1])
     assert not os.path.exists(cache_path(name, "")) and len(leftovers(tmp_path)) == 1
@@ -305,3 +308,17 @@ def test_a_forged_record_with_a_valid_checksum_is_one_error(tmp_path, payload):
         h.write(cache_file.MAGIC + frame + payload + index + len(index).to_bytes(8, "little") + cache_file.END)
     with pytest.raises(CacheFileError, match=f"{path} is damaged at byte {len(cache_file.MAGIC)}"):
         list(Dataset.range(3).cache(str(tmp_path / "c")))
+
+
+@pytest.mark.timeout(120)
+def test_resume_while_reading_in_a_fresh_process(tmp_path, small_records):
+    name = str(tmp_path / "c")
+    expected = [v.tolist() for v in Dataset.range(25).map(lambda x: x * x).shuffle(8, seed=5).batch(4)]
+    child = subprocess.run([sys.executable, "-c", _CHILD.format(src=os.path.abspath(SRC), name=name, stop=3,
+                                                                  full_passes=1)],
+                           capture_output=True, text=True, timeout=100, check=True)
+    state = json.loads(child.stdout.strip().splitlines()[-1])
+    calls = []
+    it = iter(Dataset.range(25).map(lambda x: calls.append(1) or x * x).shuffle(8, seed=5).cache(name).batch(4))
+    it.load_state_dict(state)
+    assert [v.tolist() for v in it] == expected[3:] and calls == []   # read from the file, at element 12
