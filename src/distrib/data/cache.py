@@ -1,8 +1,9 @@
 """`Dataset.cache`: remember the first complete pass, replay it afterwards.
 
 As in tf.data, the cache fills during the first pass that reaches the end; a
-pass abandoned early (``take``) leaves nothing behind. Contents live in the
-consumer's `IterContext`, so a distributed dataset never replays a cache
+pass abandoned early (``take``) leaves nothing behind. With a filename the
+cache is a file (`distrib.data.caching.file_cache`); without, contents live in
+the consumer's `IterContext`, so a distributed dataset never replays a cache
 filled by some other iteration. An iterator state records where the filling
 pass began, so a restored process refills the cache by replaying that pass.
 
@@ -14,11 +15,13 @@ Example:
 from __future__ import annotations
 
 import bisect
+import os
 from typing import List, Optional, Tuple
 
 import numpy as np
 
 from distrib.data.blocks import Block
+from distrib.data.caching.file_cache import file_cache_iterator
 from distrib.data.dataset import Dataset
 from distrib.data.stream import ALL, BlockIterator, IterContext, pull
 from distrib.data.transforms import _Unary
@@ -29,14 +32,16 @@ Lineage = Tuple[int, ...]
 
 
 class CacheDataset(_Unary):
-    def __init__(self, input_dataset: Dataset, filename: str = "") -> None:
+    def __init__(self, input_dataset: Dataset, filename: "str | os.PathLike[str]" = "") -> None:
         super().__init__(input_dataset)
-        if filename:
-            raise ValueError("cache(filename) is not supported: distrib caches in memory; "
-                             "call cache() without a filename")
+        if not isinstance(filename, (str, os.PathLike)):
+            raise TypeError(f"cache(filename): filename must be a str or path, got {type(filename).__name__}")
+        self.filename = os.fspath(filename)
 
     def _iterator(self, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
         k = ctx.index(self)
+        if self.filename:
+            return file_cache_iterator(self, ctx, k, lineage, state)
         if state is not None and "pos" in state:
             return _ReplayIterator(_cached_blocks(self, ctx, k), int(state["pos"]))
         if state is None and (k in ctx.caches or k in ctx.cache_sources):

@@ -211,7 +211,16 @@ class Dataset(DatasetOps):
         """Remember the elements of the first complete pass and replay them afterwards.
 
         Like tf.data, a shuffle *before* ``cache()`` is frozen by it; put the
-        shuffle after the cache to reshuffle every epoch.
+        shuffle after the cache to reshuffle every epoch. Without ``filename``
+        the elements stay in memory; with it they go to
+        ``<filename>.distrib-cache`` (one file per worker process under a
+        strategy), published only when a pass completes and read by later
+        passes and later runs (docs/input-pipelines.md, "Caching to a file").
+
+        Example:
+            >>> ds = Dataset.range(3).map(expensive).cache("/tmp/feats")
+            >>> first = list(ds)    # runs ``expensive``, writes /tmp/feats.distrib-cache
+            >>> again = list(ds)    # reads the file
         """
         return operator("CacheDataset")(self, filename)
 

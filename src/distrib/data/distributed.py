@@ -51,6 +51,7 @@ import torch
 
 from distrib.comm.elastic import elastic_enabled
 from distrib.data.adapters import as_distributable, as_local
+from distrib.data.caching.cache_file import worker_suffix
 from distrib.data.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
 from distrib.data.input_context import InputContext, InputHost
 from distrib.data.input_options import InputOptions
@@ -128,8 +129,11 @@ class DistributedDataset:
 
     def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int],
                  options: Optional[InputOptions] = None) -> None:
-        self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed),
-                                         options or InputOptions())
+        ctx = IterContext(dataset, seed)
+        placement = strategy.input_placement()
+        ctx.cache_suffix = worker_suffix(placement.num_input_pipelines, placement.input_pipeline_id,
+                                         placement.num_local_replicas, placement.local_replica_id)
+        self._source = DistributedSource(strategy, dataset, sharding, ctx, options or InputOptions())
         why = resharding_limit(sharding)
         if why is not None and elastic_enabled() and strategy.input_placement().num_replicas_in_sync > 1:
             _log.warning("distrib: this job is elastic but its input cannot be resharded if workers join or "

@@ -102,6 +102,9 @@ class IterContext:
         self.seeds: Dict[int, int] = {}
         self.caches: Dict[int, List[Block]] = {}
         self.cache_sources: Dict[int, Dict[str, Any]] = {}
+        #: Added to ``cache(filename)`` names so that each process has its own file
+        #: (`distrib.data.caching.cache_file.worker_suffix`; "" outside a distributed dataset).
+        self.cache_suffix = ""
 
     def index(self, node: Any) -> int:
         """The node's position in the pipeline (stable across processes)."""
