@@ -97,11 +97,22 @@ class IterContext:
 
     def __init__(self, root: Any, base_seed: Optional[int] = None) -> None:
         self.base_seed = base_seed
+        self._root = root
+        self._options: Any = None
+        #: ``(num_replicas, replica)`` when a distributed dataset (DATA sharding) will gather
+        #: only slice ``replica`` of each batch (`distrib.data.batch_split.split_bounds`); else None.
+        self.replica_slice: Optional[Tuple[int, int]] = None
         self._index = {id(node): i for i, node in enumerate(walk(root))}
         self._iterations = 0
         self.seeds: Dict[int, int] = {}
         self.caches: Dict[int, List[Block]] = {}
         self.cache_sources: Dict[int, Dict[str, Any]] = {}
+
+    def options(self) -> Any:
+        """The pipeline's merged `distrib.data.Options` (read once)."""
+        if self._options is None:
+            self._options = self._root.options()
+        return self._options
 
     def index(self, node: Any) -> int:
         """The node's position in the pipeline (stable across processes)."""

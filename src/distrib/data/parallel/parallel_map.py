@@ -1,0 +1,197 @@
+"""``map(f, num_parallel_calls=N)``: ``f`` on N workers, the serial map's elements, exactly resumable.
+
+Elements are read from the input on the calling thread, numbered (their
+*ordinal*, the serial map's element count: it keys their random draws, so
+the result does not depend on N) and handed to the pool; up to ``2 N`` are in
+flight. Results come out in input order, or as they finish with
+``deterministic=False``. A lazy batch (a map after ``batch``) is not run on a
+worker: the map is deferred onto it as in the serial map, so a replica still
+applies it to its own rows.
+
+Position: the input's state before the block holding the first element not
+handed out, the number of that block's elements handed out (``skip``) and,
+without determinism, the later ones handed out (``done``). Work in flight is
+dropped on restore and computed again.
+
+Example:
+    >>> ds = Dataset.range(8).map(lambda x: x * x, num_parallel_calls=4)
+    >>> [int(v) for v in ds]            # the serial order
+    [0, 1, 4, 9, 16, 25, 36, 49]
+"""
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any, Callable, Deque, List, Optional, Set, Tuple
+
+from distrib.data.blocks import Block, LazyBatch, ListBlock
+from distrib.data.dataset import Dataset
+from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
+from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
+from distrib.data.stream import BlockIterator, IterContext
+from distrib.data.structure import to_structure
+from distrib.data.transforms import MapDataset, _MapSeed
+
+__all__ = ["ParallelMapDataset"]
+
+Lineage = Tuple[int, ...]
+
+
+class ParallelMapDataset(MapDataset):
+    """`Dataset.map` with ``num_parallel_calls`` (see the module docstring)."""
+
+    def __init__(self, input_dataset: Dataset, fn: Callable, num_parallel_calls: int,
+                 deterministic: Optional[bool] = None) -> None:
+        super().__init__(input_dataset, fn)
+        parallel_calls(num_parallel_calls)  # an error now for a bad count
+        self._calls, self._deterministic = int(num_parallel_calls), deterministic
+
+    def _iterator(self, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
+        options = ctx.options()
+        deterministic = self._deterministic
+        if deterministic is None:
+            deterministic = options.deterministic is not False
+        size = parallel_calls(self._calls, int(options.threading.private_threadpool_size))
+        inner = self._input._iterator(ctx, lineage, state["in"] if state else None)
+        return _ParallelMapIterator(self._fn, inner, _MapSeed(ctx, self), lineage, state, size,
+                                    deterministic, options.threading)
+
+
+class _FixedSeed:
+    """A map seed that crosses a pipe (the `_MapSeed` value, resolved)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def _apply(fn: Callable, element: Any, key: ElementKey) -> Any:
+    return to_structure(call_keyed(fn, element, key))
+
+
+def _apply_in_process(element: Any, seed: int, lineage: Lineage, index: int) -> Any:
+    return to_structure(call_keyed(process_fn(), element, ElementKey(_FixedSeed(seed), lineage, index)))
+
+
+class _ParallelMapIterator(BlockIterator):
+    def __init__(self, fn: Callable, inner: BlockIterator, seed: _MapSeed, lineage: Lineage,
+                 state: Optional[dict], size: int, deterministic: bool, threading: Any) -> None:
+        self._fn, self._in, self._seed, self._lineage = fn, inner, seed, tuple(lineage)
+        self._size, self._deterministic = size, deterministic
+        self._processes = threading.workers == "processes"
+        self._torch_threads = int(threading.max_intra_op_parallelism)
+        first = int(state.get("n", 0)) if state else 0
+        self._next = first                      # ordinal of the next element read from the input
+        self._low = first + (int(state.get("skip", 0)) if state else 0)  # first ordinal not handed out
+        self._handed: Set[int] = {first + int(d) for d in state.get("done", ())} if state else set()
+        self._blocks: Deque[Tuple[int, Any]] = deque([(first, state["in"])] if state else [])
+        self._flight: Deque[Tuple[int, Any]] = deque()  # (ordinal, Future or a ready value)
+        self._ended = False
+        self._pool: Optional[WorkerPool] = None
+        self._failed: Optional[BaseException] = None
+
+    # ------------------------------------------------------------------ reading
+    def _start_pool(self) -> WorkerPool:
+        pool = WorkerPool(self._size, self._processes, self._fn, self._torch_threads)
+        pool.stop_with(self)
+        self._pool = pool
+        return pool
+
+    def _fill(self) -> None:
+        pool = self._pool or self._start_pool()
+        room = 2 * self._size - len(self._flight)
+        while room > 0 and not self._ended:
+            before = self._in.state()
+            block = self._in.next_block(room)
+            if block is None:
+                self._ended = True
+                break
+            self._blocks.append((self._next, before))
+            for element in block.elements():
+                ordinal = self._next
+                self._next += 1
+                if ordinal < self._low or ordinal in self._handed:
+                    continue  # handed out before the state this iterator was restored from
+                key = ElementKey(self._seed, self._lineage, ordinal)
+                if type(element) is LazyBatch:
+                    self._flight.append((ordinal, element.with_map(RowKeyedCall(self._fn, key))))
+                elif self._processes:
+                    self._flight.append((ordinal, pool.submit(_apply_in_process, element, self._seed(),
+                                                              self._lineage, ordinal)))
+                else:
+                    self._flight.append((ordinal, pool.submit(_apply, self._fn, element, key)))
+                room -= 1
+
+    def _result(self, ordinal: int, item: Any) -> Any:
+        if not isinstance(item, Future):
+            return item
+        try:
+            return item.result()
+        except BaseException as error:  # noqa: BLE001 - the user's exception, re-raised with a note
+            self._fail(error, ordinal)
+            raise
+
+    def _fail(self, error: BaseException, ordinal: int) -> None:
+        with_element_note(error, "map function", ordinal)
+        self._failed = error
+        self._flight.clear()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def next_block(self, limit: int) -> Optional[Block]:
+        if self._failed is not None:
+            raise self._failed
+        self._fill()
+        if not self._flight:
+            return None
+        out = self._take_ordered(limit) if self._deterministic else self._take_done(limit)
+        self._prune()
+        return ListBlock(out)
+
+    def _prune(self) -> None:
+        """Forget the input positions of blocks handed out entirely."""
+        blocks, low = self._blocks, self._low
+        while len(blocks) > 1 and blocks[1][0] <= low:
+            blocks.popleft()
+
+    def _take_ordered(self, limit: int) -> List[Any]:
+        out: List[Any] = []
+        while self._flight and len(out) < limit:
+            ordinal, item = self._flight[0]
+            if out and isinstance(item, Future) and not item.done():
+                break  # hand out what is ready; the caller comes back for more
+            out.append(self._result(ordinal, item))
+            self._flight.popleft()
+            self._low = ordinal + 1
+        return out
+
+    def _take_done(self, limit: int) -> List[Any]:
+        pending = [item for _, item in self._flight if isinstance(item, Future)]
+        if pending and len(pending) == len(self._flight):
+            wait(pending, return_when=FIRST_COMPLETED)
+        out: List[Any] = []
+        kept: Deque[Tuple[int, Any]] = deque()
+        for ordinal, item in self._flight:
+            if len(out) < limit and (not isinstance(item, Future) or item.done()):
+                out.append(self._result(ordinal, item))
+                self._handed.add(ordinal)
+            else:
+                kept.append((ordinal, item))
+        self._flight = kept
+        self._low = kept[0][0] if kept else self._next
+        self._handed = {o for o in self._handed if o > self._low}
+        return out
+
+    # ---------------------------------------------------------------- position
+    def state(self) -> dict:
+        low = self._low
+        if low >= self._next and not self._handed:
+            return {"in": self._in.state(), "n": self._next} if self._next else {"in": self._in.state()}
+        self._prune()
+        first, before = self._blocks[0]
+        return {"in": before, "n": first, "skip": low - first,
+                "done": sorted(o - first for o in self._handed if o > low)}
