@@ -24,7 +24,7 @@ from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.combinators import InterleaveDataset, _InterleaveIterator
 from distrib.data.dataset import Dataset
 from distrib.data.parallel.workers import WorkerPool, parallel_calls
-from distrib.data.stream import BlockIterator, IterContext, pull
+from distrib.data.stream import BlockIterator, IterContext
 
 __all__ = ["ParallelInterleaveDataset"]
 
@@ -45,10 +45,19 @@ class ParallelInterleaveDataset(InterleaveDataset):
         return _ParallelInterleaveIterator(self, ctx, lineage, state, min(size, self._cycle))
 
 
-def _read_chunk(inner: BlockIterator, count: int) -> Tuple[List[Any], dict]:
-    """On a worker: up to ``count`` elements of ``inner`` (materialized) and its state after them."""
-    elements = [materialize(e) for block in pull(inner, count) for e in block.elements()]
-    return elements, inner.state()
+def _read_chunk(inner: BlockIterator, count: int) -> Tuple[List[Any], dict, Optional[BaseException]]:
+    """On a worker: up to ``count`` elements of ``inner`` (materialized), its state after them, and the
+    error that stopped the reading (the elements before it are kept: the serial order hands them out first)."""
+    elements: List[Any] = []
+    try:
+        while len(elements) < count:
+            block = inner.next_block(1)
+            if block is None:
+                break
+            elements.append(materialize(block.elements()[0]))
+    except BaseException as error:  # noqa: BLE001 - raised to the consumer after the elements before it
+        return elements, {}, error
+    return elements, inner.state(), None
 
 
 class _SlotReader(BlockIterator):
@@ -63,21 +72,24 @@ class _SlotReader(BlockIterator):
         self._pending: Deque[Tuple[Future, int]] = deque([(pool.submit(_read_chunk, inner, chunk + skip),
                                                             chunk + skip)])
         self._ended = False
+        self._error: Optional[BaseException] = None
 
     def next_block(self, limit: int) -> Optional[Block]:
         while self._taken >= len(self._elements):
+            if self._error is not None:
+                raise self._error
             if self._ended or not self._pending:
                 return None
             future, asked = self._pending.popleft()
-            elements, after = future.result()
+            elements, after, self._error = future.result()
             if self._after is not None:
                 self._before, self._taken = self._after, 0
             self._elements, self._after = elements, after
-            if len(elements) < asked:
+            if len(elements) < asked or self._error is not None:
                 self._ended = True
             else:
                 self._pending.append((self._pool.submit(_read_chunk, self._in, self._chunk), self._chunk))
-            if self._taken >= len(elements) and self._ended:
+            if self._taken >= len(elements) and self._ended and self._error is None:
                 return None
         hi = min(len(self._elements), self._taken + limit)
         out = ListBlock(self._elements[self._taken:hi])

@@ -52,8 +52,10 @@ class ParallelMapDataset(MapDataset):
         if deterministic is None:
             deterministic = options.deterministic is not False
         size = parallel_calls(self._calls, int(options.threading.private_threadpool_size))
-        inner = self._input._iterator(ctx, lineage, state["in"] if state else None)
-        return _ParallelMapIterator(self._fn, inner, _MapSeed(ctx, self), lineage, state, size,
+        def reopen(position: Optional[dict]) -> BlockIterator:
+            return self._input._iterator(ctx, lineage, position)
+
+        return _ParallelMapIterator(self._fn, reopen, _MapSeed(ctx, self), lineage, state, size,
                                     deterministic, options.threading)
 
 
@@ -77,10 +79,21 @@ def _apply_in_process(element: Any, seed: int, lineage: Lineage, index: int) -> 
     return to_structure(call_keyed(process_fn(), element, ElementKey(_FixedSeed(seed), lineage, index)))
 
 
+class _InputError:
+    """The input's error, queued behind the elements read before it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class _ParallelMapIterator(BlockIterator):
-    def __init__(self, fn: Callable, inner: BlockIterator, seed: _MapSeed, lineage: Lineage,
-                 state: Optional[dict], size: int, deterministic: bool, threading: Any) -> None:
-        self._fn, self._in, self._seed, self._lineage = fn, inner, seed, tuple(lineage)
+    def __init__(self, fn: Callable, reopen: Callable[[Optional[dict]], BlockIterator], seed: _MapSeed,
+                 lineage: Lineage, state: Optional[dict], size: int, deterministic: bool, threading: Any) -> None:
+        self._fn, self._seed, self._lineage = fn, seed, tuple(lineage)
+        self._reopen = reopen
+        self._in = reopen(state["in"] if state else None)
         self._size, self._deterministic = size, deterministic
         self._processes = threading.workers == "processes"
         self._torch_threads = int(threading.max_intra_op_parallelism)
@@ -93,6 +106,7 @@ class _ParallelMapIterator(BlockIterator):
         self._ended = False
         self._pool: Optional[WorkerPool] = None
         self._failed: Optional[BaseException] = None
+        self._flight_error: Optional[_InputError] = None
 
     # ------------------------------------------------------------------ reading
     def _start_pool(self) -> WorkerPool:
@@ -106,7 +120,10 @@ class _ParallelMapIterator(BlockIterator):
         room = 2 * self._size - len(self._flight)
         while room > 0 and not self._ended:
             before = self._in.state()
-            block = self._in.next_block(room)
+            try:
+                block = self._in.next_block(room)
+            except BaseException:  # noqa: BLE001 - read again one by one: the error comes after the elements before it
+                block = self._read_up_to_error(before, room)
             if block is None:
                 self._ended = True
                 break
@@ -125,8 +142,29 @@ class _ParallelMapIterator(BlockIterator):
                 else:
                     self._flight.append((ordinal, pool.submit(_apply, self._fn, element, key)))
                 room -= 1
+        if self._flight_error is not None:
+            self._flight.append((self._next, self._flight_error))
+            self._flight_error, self._ended = None, True
+
+    def _read_up_to_error(self, before: dict, room: int) -> Optional[Block]:
+        """The input failed in a block: reread it from ``before`` one element at a time; the elements
+        before the error are mapped and the error is queued after them."""
+        self._in = self._reopen(before)
+        items: List[Any] = []
+        try:
+            while len(items) < room:
+                block = self._in.next_block(1)
+                if block is None:
+                    break
+                items.extend(block.elements())
+        except BaseException as error:  # noqa: BLE001 - the user's exception, raised in order
+            self._flight_error = _InputError(error)
+        return ListBlock(items) if items else None
 
     def _result(self, ordinal: int, item: Any) -> Any:
+        if type(item) is _InputError:
+            self._failed = item.error
+            raise item.error
         if not isinstance(item, Future):
             return item
         try:

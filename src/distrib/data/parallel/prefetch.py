@@ -2,7 +2,8 @@
 
 The first block is read on the caller's thread (so seeds drawn when the
 pipeline starts are drawn where the serial pipeline draws them); then a
-daemon thread reads on while fewer than ``n`` elements wait. Elements still
+daemon thread reads on, one element at a time (so an error surfaces exactly
+where the serial pipeline raises it), while fewer than ``n`` elements wait. Elements still
 planned as indices (rows of an in-memory table, lazy batches) are passed
 through instead: gathering them is cheaper than a hand-off, and a
 distributed replica must gather only its own rows.
@@ -79,9 +80,8 @@ def _read(inner: BlockIterator, buffer: _Buffer) -> None:
                     cond.wait()
                 if buffer.stop:
                     return
-                room = buffer.size - buffer.count
             before = inner.state()
-            block = inner.next_block(room)
+            block = inner.next_block(1)  # one at a time: an error loses none of the elements before it
             with cond:
                 if block is None:
                     buffer.items.append((_END, None, None))
