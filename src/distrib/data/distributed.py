@@ -128,8 +128,11 @@ class DistributedDataset:
 
     def __init__(self, strategy: InputHost, dataset: Any, sharding: Sharding, seed: Optional[int],
                  options: Optional[InputOptions] = None) -> None:
-        self._source = DistributedSource(strategy, dataset, sharding, IterContext(dataset, seed),
-                                         options or InputOptions())
+        ctx = IterContext(dataset, seed)
+        if sharding is Sharding.DATA:  # replicas gather their slice of each batch (a DataLoader's workers plan it)
+            placement = strategy.input_placement()
+            ctx.replica_slice = (placement.num_replicas_in_sync, placement.replica_id)
+        self._source = DistributedSource(strategy, dataset, sharding, ctx, options or InputOptions())
         why = resharding_limit(sharding)
         if why is not None and elastic_enabled() and strategy.input_placement().num_replicas_in_sync > 1:
             _log.warning("distrib: this job is elastic but its input cannot be resharded if workers join or "
