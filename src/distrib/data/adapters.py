@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils import data as tud
 
-from distrib.data.blocks import LazyBatch, ListBlock, Table, table_for
+from distrib.data.blocks import LazyBatch, ListBlock, MapStyleTable, Table, table_for
 from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN, Options
 from distrib.data.parallel.loader_workers import WorkerTable, replica_plan
@@ -137,7 +137,8 @@ class _LoaderBatchesIterator(BlockIterator):
             self._batches: List[List[int]] = [list(b) for b in loader.batch_sampler]
         self._pos = int(state["pos"]) if state else 0
         self._table = table
-        if loader.num_workers > 0:  # the loader's worker processes fetch this replica's rows, in order
+        if loader.num_workers > 0 and isinstance(table, MapStyleTable):  # (tensors: one index_select is faster)
+            # the loader's worker processes fetch this replica's rows, in order
             plan = replica_plan(self._batches[self._pos:], replica_slice)
             self._table = WorkerTable(table, loader, plan, _custom_collate(loader))
 
