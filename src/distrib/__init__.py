@@ -61,7 +61,7 @@ _LAZY_ATTRS = {
 }
 _LAZY_MODULES = {"nn", "data", "datasets", "train", "callbacks", "models", "losses", "metrics", "optimizers",
                  "cluster", "launch", "testing", "experimental", "checkpoint", "coordinator", "plot",
-                 "mixed_precision", "layers", "saved_model", "saving", "config", "image"}
+                 "mixed_precision", "layers", "saved_model", "saving", "config", "image", "io"}
 
 __all__ = [*sorted(_LAZY_ATTRS), *sorted(_LAZY_MODULES)]
 

@@ -6,7 +6,12 @@ Layers, bottom up (a module may import from its own layer and those below):
   ``distrib.utils``;
 * ``distrib.error_report``, ``distrib.hooks`` (the one place process-wide
   hooks are installed), ``distrib.cluster``, ``distrib.comm``;
-* ``distrib.data`` (input pipelines: never the strategies that use them);
+* ``distrib.io`` (tf.io's counterparts: TFRecord files, Example protos, image
+  files), which imports only the bottom layer; ``STRING``, the string dtype,
+  lives in ``distrib.io.dtypes`` so that Example parsing names it without
+  importing the pipelines;
+* ``distrib.data`` (input pipelines: never the strategies that use them; its
+  file readers use ``distrib.io``);
 * everything else (strategies, training, checkpoint, ...);
 * ``distrib.launch`` (the launcher), imported only by ``distrib.__main__``
   and ``distrib.testing`` (whose harness runs clusters through it);
@@ -107,6 +112,14 @@ def test_low_layers_import_nothing_above_them():
 def test_input_pipelines_import_no_strategy_training_launcher_or_test_code():
     bad = [f"{a} imports {b}" for a, b in _edges() if _part_of(a, {"distrib.data"}) and _part_of(b, ABOVE_DATA)]
     assert not bad, "; ".join(bad)
+
+
+def test_io_imports_only_the_bottom_layer():
+    bad = [f"{a} imports {b}" for a, b in _edges()
+           if _part_of(a, {"distrib.io"}) and b.startswith("distrib.") and not _part_of(b, BOTTOM | {"distrib.io"})]
+    assert not bad, "; ".join(bad)
+    assert ("distrib.data.readers.tfrecord", "distrib.io.records") in _edges()
+    assert ("distrib.data.strings", "distrib.io.dtypes") in _edges()
 
 
 def test_no_package_module_imports_the_test_doubles():

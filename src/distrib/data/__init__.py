@@ -17,11 +17,12 @@ from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKN
                                   UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options)
 from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
+from distrib.data.readers import TFRecordDataset
 from distrib.data.text import TextLineDataset
 from distrib.data.windowing import RaggedList, RaggedSpec
 
 __all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "AutoShardPolicy",
            "InputContext", "InputPlacement", "InputHost", "InputBinding", "TensorSpec", "DatasetIterator", "DistributedDataset",
            "DistributedIterator", "Optional", "OutOfRangeError", "AUTOTUNE", "INFINITE", "UNKNOWN",
-           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "STRING",
+           "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "TFRecordDataset", "STRING",
            "DatasetSpec", "RaggedList", "RaggedSpec"]

@@ -1,0 +1,209 @@
+"""``tf.io.parse_single_example`` and ``tf.io.parse_example`` on serialized ``tf.train.Example`` s.
+
+Results follow TF's: a `FixedLenFeature` gives a tensor of its shape (with a
+leading batch dimension from `parse_example`), a `VarLenFeature` a
+`SparseTensor`, a `FixedLenSequenceFeature` ``[n, *shape]`` (padded to the
+batch's longest with its default). float and int64 values are torch tensors;
+string values are ``bytes`` (a scalar) or numpy object arrays of ``bytes``.
+Bad input (a missing required feature, a wrong count, a wrong type, bytes
+that are no Example) is one ``ValueError`` line naming the feature.
+
+Example:
+    >>> parse_single_example(ex.SerializeToString(), {"y": FixedLenFeature([], torch.int64)})
+    {'y': tensor(3)}
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from google.protobuf.message import DecodeError
+
+from distrib.io.example_proto import Example
+from distrib.io.features import (FixedLenFeature, FixedLenSequenceFeature, SparseTensor, VarLenFeature,
+                                 feature_kind, kind_name)
+
+__all__ = ["parse_single_example", "parse_example"]
+
+_NUMPY = {"float_list": np.float32, "int64_list": np.int64}
+
+
+class _Spec:
+    """One feature's parsing plan, checked once per call."""
+
+    def __init__(self, key: str, spec: Any) -> None:
+        if not isinstance(spec, (FixedLenFeature, VarLenFeature, FixedLenSequenceFeature)):
+            raise TypeError(f"feature {key!r}: the spec must be FixedLenFeature, VarLenFeature or "
+                            f"FixedLenSequenceFeature, got a {type(spec).__name__}")
+        self.key, self.spec = key, spec
+        self.kind = feature_kind(spec.dtype, key)
+        self.var = isinstance(spec, VarLenFeature)
+        self.seq = isinstance(spec, FixedLenSequenceFeature)
+        self.shape: Tuple[int, ...] = () if self.var else tuple(int(d) for d in spec.shape)
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"feature {key!r}: shape {list(self.shape)} must be fully defined")
+        self.size = math.prod(self.shape)
+        if self.seq and not spec.allow_missing:
+            raise ValueError(f"feature {key!r}: FixedLenSequenceFeature in an Example needs allow_missing=True "
+                             f"(as in TF)")
+        self.default = None if self.var or spec.default_value is None else self._default(spec.default_value)
+
+    def _default(self, value: Any) -> np.ndarray:
+        if self.kind == "bytes_list":
+            flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v)
+                    for v in np.asarray(value, dtype=object).reshape(-1).tolist()]
+            array = _object_array(flat)
+        else:
+            array = np.asarray(value.numpy() if isinstance(value, torch.Tensor) else value,
+                               dtype=_NUMPY[self.kind]).reshape(-1)
+        if self.seq:
+            if array.size != 1:
+                raise ValueError(f"feature {self.key!r}: FixedLenSequenceFeature's default_value pads, "
+                                 f"so it must be a scalar")
+            return array
+        if array.size != self.size:
+            raise ValueError(f"feature {self.key!r}: default_value has {array.size} values but shape "
+                             f"{list(self.shape)} needs {self.size}")
+        return array
+
+    def values(self, example: Any, index: int) -> Optional[List[Any]]:
+        """The feature's values in one example (None when absent), type-checked."""
+        features = example.features.feature
+        if self.key not in features:
+            return None
+        feature = features[self.key]
+        kind = feature.WhichOneof("kind")
+        if kind is None:  # a Feature with no list set counts as absent, as in TF
+            return None
+        if kind != self.kind:
+            raise ValueError(f"feature {self.key!r} of example {index} holds {kind_name(kind)} values but "
+                             f"its spec asks for {kind_name(self.kind)}")
+        return getattr(feature, kind).value
+
+    def fixed(self, values: Optional[List[Any]], index: int) -> Any:
+        """A FixedLenFeature's flat values for one example (default filled in, count checked)."""
+        if values is None:
+            if self.default is None:
+                raise ValueError(f"feature {self.key!r} ({kind_name(self.kind)}) is required but example "
+                                 f"{index} does not have it (give FixedLenFeature a default_value to make "
+                                 f"it optional)")
+            return self.default
+        if len(values) != self.size:
+            raise ValueError(f"feature {self.key!r} of example {index} has {len(values)} "
+                             f"{kind_name(self.kind)} values but shape {list(self.shape)} needs {self.size}")
+        return values
+
+    def rows(self, values: Optional[List[Any]], index: int) -> int:
+        """How many ``shape``-sized rows a FixedLenSequenceFeature's values make."""
+        n = 0 if values is None else len(values)
+        if self.size == 0 or n % self.size:
+            if n == 0:
+                return 0
+            raise ValueError(f"feature {self.key!r} of example {index} has {n} {kind_name(self.kind)} "
+                             f"values, not a multiple of shape {list(self.shape)} ({self.size})")
+        return n // self.size
+
+
+def _object_array(items: Sequence[Any]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = list(items)
+    return out
+
+
+def _array(kind: str, flat: Sequence[Any]) -> np.ndarray:
+    if kind == "bytes_list":
+        return _object_array(flat)
+    return np.asarray(flat, dtype=_NUMPY[kind])
+
+
+def _tensor(kind: str, array: np.ndarray, shape: Tuple[int, ...]) -> Any:
+    array = array.reshape(shape)
+    if kind == "bytes_list":
+        return array.item() if array.ndim == 0 else array
+    return torch.from_numpy(array)
+
+
+def _parse(serialized: Any, index: int) -> Any:
+    if isinstance(serialized, (np.ndarray, np.generic)) and np.ndim(serialized) == 0:
+        serialized = serialized.item()
+    if not isinstance(serialized, (bytes, bytearray, memoryview)):
+        raise TypeError(f"example {index}: a serialized Example must be bytes, got a {type(serialized).__name__}"
+                        + (" (a str: keep records as bytes)" if isinstance(serialized, str) else ""))
+    try:
+        return Example.FromString(bytes(serialized))
+    except DecodeError as exc:
+        raise ValueError(f"example {index}: the bytes are not a serialized tf.train.Example ({exc})") from None
+
+
+def _plans(features: Mapping[str, Any]) -> List[_Spec]:
+    if not isinstance(features, Mapping) or not features:
+        raise ValueError("features must be a non-empty dict of feature name -> FixedLenFeature / VarLenFeature "
+                         "/ FixedLenSequenceFeature")
+    return [_Spec(str(k), v) for k, v in features.items()]
+
+
+def _gather(plan: _Spec, per_example: List[Optional[List[Any]]], batched: bool) -> Any:
+    count = len(per_example)
+    if plan.var:
+        lengths = [0 if v is None else len(v) for v in per_example]
+        flat = [x for v in per_example if v for x in v]
+        values = _array(plan.kind, flat)
+        if plan.kind != "bytes_list":
+            values = torch.from_numpy(values)
+        positions = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if flat else np.zeros(0, np.int64)
+        if batched:
+            rows = np.repeat(np.arange(count, dtype=np.int64), lengths)
+            indices = np.stack([rows, positions], axis=1)
+            shape = [count, max(lengths, default=0)]
+        else:
+            indices, shape = positions.reshape(-1, 1), [lengths[0]]
+        return SparseTensor(torch.from_numpy(indices), values, torch.tensor(shape, dtype=torch.int64))
+    if plan.seq:
+        rows = [plan.rows(v, i) for i, v in enumerate(per_example)]
+        longest = max(rows, default=0)
+        pad = plan.default if plan.default is not None else _array(plan.kind, [b""] if plan.kind == "bytes_list" else [0])
+        parts = []
+        for v, n in zip(per_example, rows):
+            parts.append(_array(plan.kind, v) if n else _array(plan.kind, []))
+            if n < longest:
+                parts.append(np.repeat(pad, (longest - n) * plan.size))
+        flat = np.concatenate(parts) if parts else _array(plan.kind, [])
+        shape = (count, longest) + plan.shape if batched else (longest,) + plan.shape
+        return _tensor(plan.kind, flat, shape)
+    flat_parts = [plan.fixed(v, i) for i, v in enumerate(per_example)]
+    if plan.kind == "bytes_list":
+        flat = _object_array([x for part in flat_parts for x in part])
+    else:
+        flat = np.concatenate([np.asarray(p, dtype=_NUMPY[plan.kind]) for p in flat_parts]) if flat_parts \
+            else _array(plan.kind, [])
+    return _tensor(plan.kind, flat, ((count,) if batched else ()) + plan.shape)
+
+
+def parse_single_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
+                         name: Optional[str] = None) -> Dict[str, Any]:
+    """One serialized Example parsed by ``features`` (a dict of feature specs), as TF's function.
+
+    Example:
+        >>> spec = {"x": FixedLenFeature([2], torch.float32), "id": VarLenFeature(torch.int64)}
+        >>> out = parse_single_example(record, spec)   # out["x"]: tensor of shape [2]; out["id"]: SparseTensor
+    """
+    plans = _plans(features)
+    example = _parse(serialized, 0)
+    return {p.key: _gather(p, [p.values(example, 0)], batched=False) for p in plans}
+
+
+def parse_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
+                  name: Optional[str] = None) -> Dict[str, Any]:
+    """A batch of serialized Examples (a list or a 1-D object array of ``bytes``) parsed by ``features``.
+
+    Fixed-length features gain a leading batch dimension; `VarLenFeature`
+    values become one `SparseTensor` of dense shape ``[batch, longest]``.
+    """
+    if isinstance(serialized, (bytes, bytearray)) or (isinstance(serialized, np.ndarray) and serialized.ndim != 1):
+        raise ValueError("parse_example takes a 1-D batch of serialized Examples: use parse_single_example "
+                         "for one")
+    plans = _plans(features)
+    examples = [_parse(s, i) for i, s in enumerate(list(serialized))]
+    return {p.key: _gather(p, [p.values(e, i) for i, e in enumerate(examples)], batched=True) for p in plans}
