@@ -11,7 +11,9 @@ Two pipelines over the same files, one epoch each, batches of 64:
   (distrib.io.decode_jpeg / tf.io.decode_jpeg), random crop 224, random flip,
   to float in [0, 1];
 - TFRecord: the same images as ``tf.train.Example`` records in 8 shards:
-  read, parse_single_example, decode, the same augmentation.
+  read, parse_single_example, decode, the same augmentation;
+- python: JSON lines of 3,000 numbers parsed and reduced in pure Python
+  (the GIL is held): threads against ``Options().threading.workers = "processes"``.
 
 Contenders: distrib serial ``map``; distrib ``.map(f, num_parallel_calls=W)
 .batch(64).prefetch(AUTOTUNE)`` for each W; torch ``DataLoader`` with 0 and W
@@ -39,7 +41,7 @@ import torch
 
 from distrib import image
 from distrib import io as dio
-from distrib.data import AUTOTUNE, STRING, Dataset, TFRecordDataset
+from distrib.data import AUTOTUNE, STRING, Dataset, Options, TFRecordDataset
 
 HERE = Path(__file__).resolve().parent
 BATCH, SIZE, CROP, SHARDS = 64, 256, 224, 8
@@ -54,6 +56,12 @@ def augment(img: torch.Tensor) -> torch.Tensor:
 
 def load_jpeg(path) -> torch.Tensor:
     return augment(dio.decode_jpeg(dio.read_file(path), channels=3))
+
+
+def python_work(line) -> torch.Tensor:
+    """Pure-Python parsing (holds the GIL): the case worker processes are for."""
+    values = json.loads(str(line))
+    return torch.tensor([sum(v * v for v in values[i::4]) for i in range(4)])
 
 
 def load_record(record) -> tuple:
@@ -91,7 +99,9 @@ def write_data(root: Path, n: int) -> Dict[str, List[str]]:
         writers[i % SHARDS].write(example.SerializeToString())
     for w in writers:
         w.close()
-    return {"jpeg": paths, "tfrecord": [str(root / f"train-{k:02d}.tfrecord") for k in range(SHARDS)]}
+    lines = [json.dumps(rng.random(3000).round(6).tolist()) for _ in range(n)]
+    return {"jpeg": paths, "tfrecord": [str(root / f"train-{k:02d}.tfrecord") for k in range(SHARDS)],
+            "python": lines}
 
 
 # -------------------------------------------------------------- contenders
@@ -102,8 +112,13 @@ def epoch(batches) -> int:
     return n
 
 
-def distrib_run(kind: str, data: Dict[str, List[str]], workers: Optional[int]) -> int:
-    if kind == "jpeg":
+def distrib_run(kind: str, data: Dict[str, List[str]], workers: Optional[int], processes: bool = False) -> int:
+    if kind == "python":
+        options = Options()
+        options.threading.workers = "processes" if processes else "threads"
+        ds = Dataset.from_tensor_slices(data["python"]).map(python_work, num_parallel_calls=workers)
+        ds = ds.with_options(options)
+    elif kind == "jpeg":
         ds = Dataset.from_tensor_slices(data["jpeg"]).map(load_jpeg, num_parallel_calls=workers)
     else:
         ds = TFRecordDataset(data["tfrecord"]).map(load_record, num_parallel_calls=workers)
@@ -112,7 +127,8 @@ def distrib_run(kind: str, data: Dict[str, List[str]], workers: Optional[int]) -
 
 
 def loader_run(kind: str, data: Dict[str, List[str]], records: List[bytes], workers: int) -> int:
-    files = Files(data["jpeg"], load_jpeg) if kind == "jpeg" else Files(records, load_record)
+    files = (Files(data["jpeg"], load_jpeg) if kind == "jpeg" else Files(data["python"], python_work)
+             if kind == "python" else Files(records, load_record))
     return epoch(torch.utils.data.DataLoader(files, batch_size=BATCH, num_workers=workers,
                                              persistent_workers=False))
 
@@ -182,7 +198,8 @@ def main() -> None:
                         help="comma-separated worker counts (default: 1 and the CPU count)")
     parser.add_argument("--tf-python", default=None, help="python of a venv with TensorFlow (or TF_PYTHON)")
     parser.add_argument("--install-tf", action="store_true", help="create bench/.tf-venv if missing")
-    parser.add_argument("--pipelines", default="jpeg,tfrecord")
+    parser.add_argument("--pipelines", default="jpeg,tfrecord,python",
+                        help="jpeg, tfrecord, python (pure-Python parsing: threads vs worker processes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     workers = sorted({int(w) for w in args.workers.split(",")})
@@ -204,7 +221,11 @@ def main() -> None:
                     timed(f"distrib map(num_parallel_calls={w}) + prefetch", lambda: distrib_run(kind, data, w))
                     timed(f"DataLoader(num_workers={w})", lambda: loader_run(kind, data, records, w))
                 timed("DataLoader(num_workers=0)", lambda: loader_run(kind, data, records, 0))
-                if tf_python:
+                if kind == "python":
+                    for w in workers:
+                        timed(f"distrib map(num_parallel_calls={w}), worker processes",
+                              lambda: distrib_run(kind, data, w, processes=True))
+                elif tf_python:
                     for w, rate in tf_run(tf_python, kind, data, workers).items():
                         rates.setdefault(f"tf.data num_parallel_calls={w}", []).append(rate)
             report(kind, rates, workers, args)
