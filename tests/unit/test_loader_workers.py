@@ -58,3 +58,12 @@ def test_batches_asked_for_out_of_plan_are_fetched_here():
     torch.manual_seed(11)
     serial = [x.tolist() for x, _ in as_dataset(DataLoader(Tagged(50), batch_size=8, shuffle=True)).shuffle(7, seed=3)]
     assert [x for x, _ in got] == serial
+
+
+def test_starting_the_workers_leaves_torchs_global_generator_alone():
+    torch.manual_seed(11)
+    loader = DataLoader(Tagged(50), batch_size=8, shuffle=True, num_workers=2)
+    it = iter(as_dataset(loader))
+    torch.manual_seed(123)
+    next(it)  # the worker loader starts here
+    assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(123)))

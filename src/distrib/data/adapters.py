@@ -140,7 +140,7 @@ class _LoaderBatchesIterator(BlockIterator):
         if loader.num_workers > 0 and isinstance(table, MapStyleTable):  # (tensors: one index_select is faster)
             # the loader's worker processes fetch this replica's rows, in order
             plan = replica_plan(self._batches[self._pos:], replica_slice)
-            self._table = WorkerTable(table, loader, plan, _custom_collate(loader))
+            self._table = WorkerTable(table, loader, plan, _custom_collate(loader), mix_seed(seed, self._pos))
 
     def next_block(self, limit: int) -> Optional[ListBlock]:
         batches = self._batches

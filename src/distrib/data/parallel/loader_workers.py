@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 from torch.utils import data as tud
 
 from distrib.data.batch_split import split_bounds
@@ -52,9 +53,12 @@ def _collate(user: Optional[Callable[[List[Any]], Any]], items: List[Any]) -> An
     return stack_structures([to_structure(item) for item in items])
 
 
-def _worker_loader(loader: tud.DataLoader, plan: List[List[int]], collate: Optional[Callable]) -> tud.DataLoader:
+def _worker_loader(loader: tud.DataLoader, plan: List[List[int]], collate: Optional[Callable],
+                   seed: int) -> tud.DataLoader:
     extra = {"prefetch_factor": loader.prefetch_factor} if loader.num_workers > 0 else {}
+    # its own generator: the workers' base seed must not be drawn from (and shift) torch's global one
     return tud.DataLoader(loader.dataset, batch_sampler=plan, num_workers=loader.num_workers,
+                          generator=torch.Generator().manual_seed(seed),
                           collate_fn=functools.partial(_collate, collate), pin_memory=loader.pin_memory,
                           timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                           multiprocessing_context=loader.multiprocessing_context,
@@ -69,11 +73,12 @@ class WorkerTable(Table):
         loader: the user's ``DataLoader`` (its settings are copied).
         plan: the index lists this consumer will gather, in order.
         collate: the loader's own ``collate_fn``, or None for the default.
+        seed: seeds the worker loader's generator (the workers' base seed).
     """
 
     def __init__(self, table: Table, loader: tud.DataLoader, plan: List[List[int]],
-                 collate: Optional[Callable]) -> None:
-        self._table, self._loader, self._collate = table, loader, collate
+                 collate: Optional[Callable], seed: int) -> None:
+        self._table, self._loader, self._collate, self._seed = table, loader, collate, seed
         self._plan: Deque[List[int]] = deque(b for b in plan if b)
         self._batches: Optional[Iterator[Any]] = None
         self._off = not self._plan
@@ -91,7 +96,7 @@ class WorkerTable(Table):
         if len(idx) and not self._off:
             if self._plan[0] == idx.tolist():
                 if self._batches is None:  # started at the first gather: made and dropped iterators cost nothing
-                    self._batches = iter(_worker_loader(self._loader, list(self._plan), self._collate))
+                    self._batches = iter(_worker_loader(self._loader, list(self._plan), self._collate, self._seed))
                 self._plan.popleft()
                 batch = next(self._batches)
                 if not self._plan:
