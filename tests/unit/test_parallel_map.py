@@ -181,3 +181,22 @@ def test_an_input_error_comes_after_the_elements_read_before_it():
     assert [int(next(it)) for _ in range(10)] == [2 * i for i in range(10)]
     with pytest.raises(Broken, match="input ten"):
         next(it)
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    import torch
+    from distrib.data import Dataset, Options
+    options = Options(); options.threading.workers = "processes"
+    a = iter(Dataset.range(10**6).map(lambda x: x + 1, num_parallel_calls=3).batch(4).prefetch(2))
+    b = iter(Dataset.range(10**6).map(lambda x: x * 2, num_parallel_calls=2).with_options(options))
+    print(next(a).tolist(), int(next(b)))
+""")
+
+
+def test_the_interpreter_exits_with_iterators_still_running():
+    import os
+
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[1,", "2,", "3,", "4]", "0"]
