@@ -156,6 +156,21 @@ def test_dropping_an_iterator_mid_epoch_stops_its_workers():
     assert _wait_until(lambda: _data_threads() == baseline), threading.enumerate()
 
 
+def test_dropping_an_iterator_mid_epoch_stops_its_worker_processes():
+    import gc
+    import multiprocessing
+
+    baseline = len(multiprocessing.active_children())
+    options = Options()
+    options.threading.workers = "processes"
+    it = iter(Dataset.range(1000).map(lambda x: x + 1, num_parallel_calls=2).with_options(options))
+    assert [int(next(it)) for _ in range(5)] == [1, 2, 3, 4, 5]
+    assert len(multiprocessing.active_children()) > baseline
+    del it
+    gc.collect()
+    assert _wait_until(lambda: len(multiprocessing.active_children()) == baseline)
+
+
 def test_a_map_after_batch_on_lazy_batches_still_applies_to_a_replicas_rows():
     from distrib.data.blocks import LazyBatch
 

@@ -137,9 +137,10 @@ class IterContext:
         return (self._iterations - 1,)
 
     def state(self) -> Dict[str, Any]:
+        seeds, caches = dict(self.seeds), dict(self.cache_sources)  # (copied at once: a prefetch thread may add)
         return {"iterations": self._iterations,
-                "seeds": {str(k): v for k, v in self.seeds.items()},
-                "caches": {str(k): v for k, v in self.cache_sources.items()}}
+                "seeds": {str(k): v for k, v in seeds.items()},
+                "caches": {str(k): v for k, v in caches.items()}}
 
     def load_state(self, state: Dict[str, Any]) -> None:
         self._iterations = int(state.get("iterations", 0))
