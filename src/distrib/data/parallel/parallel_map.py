@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import traceback
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
@@ -75,8 +76,35 @@ def _apply(fn: Callable, element: Any, key: ElementKey) -> Any:
     return to_structure(call_keyed(fn, element, key))
 
 
-def _apply_in_process(element: Any, seed: int, lineage: Lineage, index: int) -> Any:
-    return to_structure(call_keyed(process_fn(), element, ElementKey(_FixedSeed(seed), lineage, index)))
+#: Elements per task sent to a worker process (one pipe round trip for several elements).
+_PROCESS_CHUNK = 8
+
+
+def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals: List[int]) -> List[Any]:
+    """In a worker process: ``(True, result)`` or ``(False, the error)`` for each element."""
+    fn, out = process_fn(), []
+    for element, ordinal in zip(elements, ordinals):
+        try:
+            out.append((True, to_structure(call_keyed(fn, element, ElementKey(_FixedSeed(seed), lineage, ordinal)))))
+        except Exception as error:  # noqa: BLE001 - sent back and raised in order, with its traceback as a note
+            error.add_note("traceback in the worker process:\n" + traceback.format_exc().rstrip())
+            out.append((False, error))
+    return out
+
+
+class _Part:
+    """Element ``index`` of a chunk computed by a worker process."""
+
+    __slots__ = ("future", "index")
+
+    def __init__(self, future: "Future[Any]", index: int) -> None:
+        self.future, self.index = future, index
+
+
+def _future_of(item: Any) -> Optional["Future[Any]"]:
+    if type(item) is _Part:
+        return item.future
+    return item if isinstance(item, Future) else None
 
 
 class _InputError:
@@ -117,7 +145,8 @@ class _ParallelMapIterator(BlockIterator):
 
     def _fill(self) -> None:
         pool = self._pool or self._start_pool()
-        room = 2 * self._size - len(self._flight)
+        room = 2 * self._size * (_PROCESS_CHUNK if self._processes else 1) - len(self._flight)
+        chunk: List[Tuple[int, Any]] = []
         while room > 0 and not self._ended:
             before = self._in.state()
             try:
@@ -137,14 +166,24 @@ class _ParallelMapIterator(BlockIterator):
                 if type(element) is LazyBatch:
                     self._flight.append((ordinal, element.with_map(RowKeyedCall(self._fn, key))))
                 elif self._processes:
-                    self._flight.append((ordinal, pool.submit(_apply_in_process, element, self._seed(),
-                                                              self._lineage, ordinal)))
+                    chunk.append((ordinal, element))
+                    if len(chunk) == _PROCESS_CHUNK:
+                        self._send(pool, chunk)
                 else:
                     self._flight.append((ordinal, pool.submit(_apply, self._fn, element, key)))
                 room -= 1
+        if chunk:
+            self._send(pool, chunk)
         if self._flight_error is not None:
             self._flight.append((self._next, self._flight_error))
             self._flight_error, self._ended = None, True
+
+    def _send(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
+        """Elements ``chunk`` (ordinal, element) to one worker process as one task."""
+        ordinals = [o for o, _ in chunk]
+        future = pool.submit(_apply_in_process, [e for _, e in chunk], self._seed(), self._lineage, ordinals)
+        self._flight.extend((o, _Part(future, j)) for j, o in enumerate(ordinals))
+        chunk.clear()
 
     def _read_up_to_error(self, before: dict, room: int) -> Optional[Block]:
         """The input failed in a block: reread it from ``before`` one element at a time; the elements
@@ -165,13 +204,20 @@ class _ParallelMapIterator(BlockIterator):
         if type(item) is _InputError:
             self._failed = item.error
             raise item.error
-        if not isinstance(item, Future):
+        future = _future_of(item)
+        if future is None:
             return item
         try:
-            return item.result()
+            if type(item) is not _Part:
+                return future.result()
+            ok, value = future.result()[item.index]
         except BaseException as error:  # noqa: BLE001 - the user's exception, re-raised with a note
             self._fail(error, ordinal)
             raise
+        if not ok:
+            self._fail(value, ordinal)
+            raise value
+        return value
 
     def _fail(self, error: BaseException, ordinal: int) -> None:
         with_element_note(error, "map function", ordinal)
@@ -200,7 +246,8 @@ class _ParallelMapIterator(BlockIterator):
         out: List[Any] = []
         while self._flight and len(out) < limit:
             ordinal, item = self._flight[0]
-            if out and isinstance(item, Future) and not item.done():
+            future = _future_of(item)
+            if out and future is not None and not future.done():
                 break  # hand out what is ready; the caller comes back for more
             out.append(self._result(ordinal, item))
             self._flight.popleft()
@@ -208,13 +255,14 @@ class _ParallelMapIterator(BlockIterator):
         return out
 
     def _take_done(self, limit: int) -> List[Any]:
-        pending = [item for _, item in self._flight if isinstance(item, Future)]
+        pending = [f for f in (_future_of(item) for _, item in self._flight) if f is not None]
         if pending and len(pending) == len(self._flight):
-            wait(pending, return_when=FIRST_COMPLETED)
+            wait(set(pending), return_when=FIRST_COMPLETED)
         out: List[Any] = []
         kept: Deque[Tuple[int, Any]] = deque()
         for ordinal, item in self._flight:
-            if len(out) < limit and (not isinstance(item, Future) or item.done()):
+            future = _future_of(item)
+            if len(out) < limit and (future is None or future.done()):
                 out.append(self._result(ordinal, item))
                 self._handed.add(ordinal)
             else:
