@@ -25,12 +25,15 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
+import numpy as np
+import torch
+
 from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
 from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
-from distrib.data.structure import to_structure
+from distrib.data.structure import map_leaves, to_structure
 from distrib.data.transforms import MapDataset, _MapSeed
 
 __all__ = ["ParallelMapDataset"]
@@ -80,12 +83,42 @@ def _apply(fn: Callable, element: Any, key: ElementKey) -> Any:
 _PROCESS_CHUNK = 8
 
 
+class _Packed:
+    """A CPU tensor crossing the pipe as a numpy array: by value, with no shared-memory file per tensor
+    (what torch's pickling of a tensor costs: an ``shm`` file and a file descriptor each)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> Any:
+        return (_Packed, (self.array,))
+
+
+def _pack(value: Any) -> Any:
+    def one(leaf: Any) -> Any:
+        if type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.dtype in _NUMPY_DTYPES:
+            return _Packed(leaf.detach().numpy())
+        return leaf
+    return map_leaves(one, value)
+
+
+def _unpack(value: Any) -> Any:
+    return map_leaves(lambda leaf: torch.from_numpy(leaf.array) if type(leaf) is _Packed else leaf, value)
+
+
+_NUMPY_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+                 torch.uint8, torch.bool, torch.complex64, torch.complex128}
+
+
 def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals: List[int]) -> List[Any]:
-    """In a worker process: ``(True, result)`` or ``(False, the error)`` for each element."""
+    """In a worker process: ``(True, packed result)`` or ``(False, the error)`` for each element."""
     fn, out = process_fn(), []
     for element, ordinal in zip(elements, ordinals):
         try:
-            out.append((True, to_structure(call_keyed(fn, element, ElementKey(_FixedSeed(seed), lineage, ordinal)))))
+            key = ElementKey(_FixedSeed(seed), lineage, ordinal)
+            out.append((True, _pack(to_structure(call_keyed(fn, _unpack(element), key)))))
         except Exception as error:  # noqa: BLE001 - sent back and raised in order, with its traceback as a note
             error.add_note("traceback in the worker process:\n" + traceback.format_exc().rstrip())
             out.append((False, error))
@@ -181,7 +214,7 @@ class _ParallelMapIterator(BlockIterator):
     def _send(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
         """Elements ``chunk`` (ordinal, element) to one worker process as one task."""
         ordinals = [o for o, _ in chunk]
-        future = pool.submit(_apply_in_process, [e for _, e in chunk], self._seed(), self._lineage, ordinals)
+        future = pool.submit(_apply_in_process, [_pack(e) for _, e in chunk], self._seed(), self._lineage, ordinals)
         self._flight.extend((o, _Part(future, j)) for j, o in enumerate(ordinals))
         chunk.clear()
 
@@ -217,7 +250,7 @@ class _ParallelMapIterator(BlockIterator):
         if not ok:
             self._fail(value, ordinal)
             raise value
-        return value
+        return _unpack(value)
 
     def _fail(self, error: BaseException, ordinal: int) -> None:
         with_element_note(error, "map function", ordinal)
