@@ -20,14 +20,25 @@ from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
+from distrib.io.example_proto import (BytesList, Example, Feature, FeatureList, FeatureLists, Features, FloatList,
+                                      Int64List, SequenceExample)
 from distrib.utils.public_names import public_dir
 
 __all__ = [
+    "BytesList",
     "Checkpoint",
     "CheckpointLoadStatus",
     "CheckpointManager",
     "CheckpointOptions",
+    "Example",
+    "Feature",
+    "FeatureList",
+    "FeatureLists",
+    "Features",
+    "FloatList",
+    "Int64List",
     "PreemptionCheckpointHandler",
+    "SequenceExample",
     "TerminationConfig",
     "Variable",
     "latest_checkpoint",

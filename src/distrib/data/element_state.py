@@ -24,7 +24,7 @@ import torch
 from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
 from distrib.data.stream import BlockIterator, IterContext
-from distrib.data.strings import is_string_leaf
+from distrib.data.strings import is_binary, is_string_leaf
 
 __all__ = ["Reader", "END", "encode", "decode", "ListDataset", "DatasetSpec", "unary_check", "input_spec"]
 
@@ -63,6 +63,10 @@ def encode(value: Any) -> Any:
         flat = value.detach().cpu().reshape(-1)
         return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
                 "data": flat.tolist()}
+    if is_binary(value):
+        array = np.asarray(value, dtype=object)
+        return {"bytes": [v.hex() for v in array.reshape(-1).tolist()], "shape": list(array.shape),
+                "scalar": isinstance(value, bytes)}
     if is_string_leaf(value):
         array = np.asarray(value)
         return {"str": array.tolist(), "shape": list(array.shape), "scalar": isinstance(value, str)}
@@ -77,6 +81,13 @@ def decode(obj: Any) -> Any:
         return tuple(decode(v) for v in obj["tuple"])
     if "list" in obj:
         return [decode(v) for v in obj["list"]]
+    if "bytes" in obj:
+        items = [bytes.fromhex(v) for v in obj["bytes"]]
+        if obj.get("scalar"):
+            return items[0]
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(obj["shape"])
     if "str" in obj:
         return str(obj["str"]) if obj.get("scalar") else np.asarray(obj["str"], dtype=str).reshape(obj["shape"])
     dtype = getattr(torch, str(obj["dtype"]), None)

@@ -24,6 +24,7 @@ from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, pull
+from distrib.data.strings import is_binary
 from distrib.data.structure import TensorSpec, leaves, map_leaves
 from distrib.data.transforms import _Unary
 
@@ -140,9 +141,14 @@ def _pad_column(parts: List[Any], shape: Optional[_Shape], value: Any) -> Any:
                                      f"padded shape {shape.dims} (dimension {i}): raise padded_shapes")
                 target[i] = want
     if is_str:
-        out = np.full([len(parts)] + target, "" if value is None else str(value), dtype=object)
+        binary = is_binary(parts[0])  # bytes stay bytes (TFRecord records), padded with b""
+        blank = (b"" if binary else "") if value is None else (value if binary and isinstance(value, bytes)
+                                                              else str(value))
+        out = np.full([len(parts)] + target, blank, dtype=object)
         for k, p in enumerate(parts):
             out[(k,) + tuple(slice(0, n) for n in np.shape(p))] = p
+        if binary:
+            return out
         return np.asarray(out.tolist(), dtype=str) if out.size else out.astype(str)
     fill = 0 if value is None else (value.item() if isinstance(value, torch.Tensor) else value)
     out_t = torch.full([len(parts)] + target, fill, dtype=parts[0].dtype)

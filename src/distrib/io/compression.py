@@ -30,8 +30,7 @@ class TFRecordOptions:
         compression_type: ``None``/``""`` (none), ``"GZIP"`` or ``"ZLIB"``.
         compression_level: zlib's level, 0-9 (default 6, as TF's).
         window_bits: zlib's window bits for ZLIB (default 15).
-        flush_mode, input_buffer_size, output_buffer_size, compression_method,
-            mem_level, compression_strategy: accepted for TF compatibility.
+        flush_mode, input_buffer_size, output_buffer_size, compression_method, mem_level, compression_strategy: accepted for TF compatibility.
     """
 
     compression_type: Optional[str] = None

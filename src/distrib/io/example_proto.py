@@ -81,12 +81,32 @@ def _classes() -> dict:
 
 
 _CLASSES = _classes()
+for _cls in _CLASSES.values():
+    _cls.__module__ = __name__  # where the reference documents them
+
 BytesList = _CLASSES["BytesList"]
+"""``tf.train.BytesList``: ``value``, a list of ``bytes``."""
+
 FloatList = _CLASSES["FloatList"]
+"""``tf.train.FloatList``: ``value``, a list of float32 numbers."""
+
 Int64List = _CLASSES["Int64List"]
+"""``tf.train.Int64List``: ``value``, a list of int64 numbers."""
+
 Feature = _CLASSES["Feature"]
+"""``tf.train.Feature``: one of ``bytes_list``, ``float_list``, ``int64_list``."""
+
 Features = _CLASSES["Features"]
+"""``tf.train.Features``: ``feature``, a map of name -> `Feature`."""
+
 FeatureList = _CLASSES["FeatureList"]
+"""``tf.train.FeatureList``: ``feature``, a list of `Feature`."""
+
 FeatureLists = _CLASSES["FeatureLists"]
+"""``tf.train.FeatureLists``: ``feature_list``, a map of name -> `FeatureList`."""
+
 Example = _CLASSES["Example"]
+"""``tf.train.Example``: ``features`` (a `Features`); ``SerializeToString()``, ``FromString(b)``."""
+
 SequenceExample = _CLASSES["SequenceExample"]
+"""``tf.train.SequenceExample``: ``context`` (`Features`) and ``feature_lists`` (`FeatureLists`)."""

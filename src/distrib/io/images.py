@@ -1,10 +1,12 @@
-"""Image files as tensors: tf.io's ``decode_*`` / ``encode_*`` and ``read_file``, on Pillow.
+"""Image files as tensors: tf.io's ``decode_*`` / ``encode_*`` and ``read_file``.
 
 Images are TF's layout: ``[height, width, channels]`` uint8 tensors
-(``[frames, height, width, 3]`` for an animated GIF). Pillow decodes JPEG with
-libjpeg-turbo, TF's library, using TF's defaults (ISLOW DCT, fancy
-upsampling), so pixels match TF's; the decoding runs with the GIL released,
-so threads decode in parallel. Why Pillow: docs/input-pipelines.md.
+(``[frames, height, width, 3]`` for an animated GIF). JPEGs are decoded by
+simplejpeg (libjpeg-turbo's TurboJPEG API, TF's library) with TF's settings
+(fast integer IDCT with fancy upsampling by default), so pixels equal TF's;
+Pillow decodes PNG/GIF/BMP, scaled JPEGs (``ratio``) and CMYK JPEGs, and
+encodes. Both decode with the GIL released, so threads decode in parallel.
+Why these libraries: docs/input-pipelines.md.
 
 Example:
     >>> image = decode_jpeg(read_file("cat.jpg"), channels=3)     # uint8 [H, W, 3]
@@ -99,6 +101,27 @@ def _to_hwc(image: Any, channels: int) -> torch.Tensor:
     return torch.from_numpy(array.reshape(array.shape[0], array.shape[1], want))
 
 
+def _decode_jpeg_turbo(data: bytes, channels: int, fancy_upscaling: bool, dct_method: str,
+                       where: str) -> Optional[torch.Tensor]:
+    """TF's decode via TurboJPEG; None where Pillow must do it (not a JPEG header, CMYK/YCCK)."""
+    import simplejpeg
+
+    try:
+        _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None  # Pillow names what the bytes are not
+    if colorspace not in ("Gray", "YCbCr", "RGB"):
+        return None
+    gray = channels == 1 or (channels == 0 and colorspace == "Gray")
+    try:
+        array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB",
+                                       fastdct=dct_method != "INTEGER_ACCURATE",
+                                       fastupsample=not fancy_upscaling)  # GIL released while decoding
+    except ValueError as exc:
+        raise ValueError(f"{where}: cannot decode the JPEG image ({exc})") from None
+    return torch.from_numpy(array)
+
+
 def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscaling: bool = True,
                 try_recover_truncated: bool = False, acceptable_fraction: float = 1.0,
                 dct_method: str = "", name: Optional[str] = None) -> torch.Tensor:
@@ -106,17 +129,32 @@ def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscal
 
     ``channels``: 0 keeps the file's (1 or 3), 1 asks the decoder for
     grayscale (luma, as TF's), 3 for RGB. ``ratio`` (1, 2, 4, 8) scales down
-    while decoding. ``fancy_upscaling``, ``dct_method``, ``try_recover_truncated``
-    and ``acceptable_fraction`` are accepted; decoding uses TF's defaults.
+    while decoding. ``dct_method``: ``""``/``"INTEGER_FAST"`` (TF's default:
+    libjpeg-turbo's fast integer IDCT) or ``"INTEGER_ACCURATE"``;
+    ``fancy_upscaling`` as TF. Pixels equal TF 2.21's for every setting
+    tested (tests/unit/test_io_images.py). ``try_recover_truncated`` and
+    ``acceptable_fraction`` are accepted (a truncated file is an error).
     """
     where = "decode_jpeg"
     channels = _check_channels(channels, where, (0, 1, 3))
     if ratio not in (1, 2, 4, 8):
         raise ValueError(f"{where}: ratio must be 1, 2, 4 or 8, got {ratio}")
-    image = _open(_bytes(contents, where), where, ("JPEG",))
+    if dct_method not in ("", "INTEGER_FAST", "INTEGER_ACCURATE"):
+        raise ValueError(f"{where}: dct_method must be '', 'INTEGER_FAST' or 'INTEGER_ACCURATE', got {dct_method!r}")
+    data = _bytes(contents, where)
+    if ratio == 1:
+        pixels = _decode_jpeg_turbo(data, channels, fancy_upscaling, dct_method, where)
+        if pixels is not None:
+            return pixels
+    image = _open(data, where, ("JPEG",))
     if channels == 1 or ratio != 1:
         size = (-(-image.size[0] // ratio), -(-image.size[1] // ratio)) if ratio != 1 else None
         image.draft("L" if channels == 1 else image.mode, size)
+    one_plane = channels == 1 or len({(h, v) for _, h, v, _ in image.layer}) <= 1
+    fast = dct_method != "INTEGER_ACCURATE" and (one_plane or not fancy_upscaling or ratio != 1)
+    # Pillow's decoder options: (scale, draft); draft = libjpeg's fast IDCT without fancy upsampling.
+    scale = image.decoderconfig[0] if image.decoderconfig else 1
+    image.decoderconfig = (scale, 1 if fast else 0)
     return _to_hwc(_load(image, where), channels)
 
 
@@ -217,7 +255,7 @@ def encode_jpeg(image: Any, format: str = "", quality: int = 95, progressive: bo
     if array.dtype != np.uint8 or array.shape[2] not in (1, 3):
         raise ValueError(f"encode_jpeg takes uint8 images with 1 or 3 channels, got {array.dtype} with "
                          f"{array.shape[2]}")
-    picture = Image.fromarray(array[:, :, 0] if array.shape[2] == 1 else array, "L" if array.shape[2] == 1 else "RGB")
+    picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0] if array.shape[2] == 1 else array))
     out = io.BytesIO()
     picture.save(out, "JPEG", quality=int(quality), progressive=progressive, optimize=optimize_size,
                  subsampling=2 if chroma_downsampling else 0, dpi=(x_density, y_density))
@@ -235,10 +273,9 @@ def encode_png(image: Any, compression: int = -1, name: Optional[str] = None) ->
     if array.dtype == np.uint16:
         if array.shape[2] != 1:
             raise ValueError("encode_png: 16-bit images must have 1 channel here")
-        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0]).astype("<u2"), "I;16")
+        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0]).astype("<u2"))  # mode I;16
     elif array.dtype == np.uint8:
-        channels = array.shape[2]
-        picture = Image.fromarray(array[:, :, 0] if channels == 1 else array, _MODES[channels])
+        picture = Image.fromarray(np.ascontiguousarray(array[:, :, 0] if array.shape[2] == 1 else array))
     else:
         raise ValueError(f"encode_png takes uint8 or uint16 images, got {array.dtype}")
     out = io.BytesIO()

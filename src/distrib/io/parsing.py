@@ -144,40 +144,45 @@ def _plans(features: Mapping[str, Any]) -> List[_Spec]:
     return [_Spec(str(k), v) for k, v in features.items()]
 
 
+def _flat(kind: str, parts: List[Any]) -> np.ndarray:
+    """The values of several examples as one flat array (one conversion for the batch)."""
+    flat: List[Any] = []
+    for part in parts:
+        flat.extend(part)
+    return _array(kind, flat)
+
+
 def _gather(plan: _Spec, per_example: List[Optional[List[Any]]], batched: bool) -> Any:
     count = len(per_example)
     if plan.var:
-        lengths = [0 if v is None else len(v) for v in per_example]
-        flat = [x for v in per_example if v for x in v]
-        values = _array(plan.kind, flat)
+        present = [v for v in per_example if v]
+        lengths = np.fromiter((len(v) if v else 0 for v in per_example), dtype=np.int64, count=count)
+        values = _flat(plan.kind, present)
         if plan.kind != "bytes_list":
             values = torch.from_numpy(values)
-        positions = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if flat else np.zeros(0, np.int64)
+        total = int(lengths.sum())
+        starts = np.cumsum(lengths) - lengths
+        positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         if batched:
             rows = np.repeat(np.arange(count, dtype=np.int64), lengths)
             indices = np.stack([rows, positions], axis=1)
-            shape = [count, max(lengths, default=0)]
+            shape = [count, int(lengths.max()) if count else 0]
         else:
-            indices, shape = positions.reshape(-1, 1), [lengths[0]]
+            indices, shape = positions.reshape(-1, 1), [total]
         return SparseTensor(torch.from_numpy(indices), values, torch.tensor(shape, dtype=torch.int64))
     if plan.seq:
         rows = [plan.rows(v, i) for i, v in enumerate(per_example)]
         longest = max(rows, default=0)
         pad = plan.default if plan.default is not None else _array(plan.kind, [b""] if plan.kind == "bytes_list" else [0])
-        parts = []
+        parts: List[Any] = []
         for v, n in zip(per_example, rows):
-            parts.append(_array(plan.kind, v) if n else _array(plan.kind, []))
+            if n:
+                parts.append(v)
             if n < longest:
-                parts.append(np.repeat(pad, (longest - n) * plan.size))
-        flat = np.concatenate(parts) if parts else _array(plan.kind, [])
+                parts.append(np.repeat(pad, (longest - n) * plan.size).tolist())
         shape = (count, longest) + plan.shape if batched else (longest,) + plan.shape
-        return _tensor(plan.kind, flat, shape)
-    flat_parts = [plan.fixed(v, i) for i, v in enumerate(per_example)]
-    if plan.kind == "bytes_list":
-        flat = _object_array([x for part in flat_parts for x in part])
-    else:
-        flat = np.concatenate([np.asarray(p, dtype=_NUMPY[plan.kind]) for p in flat_parts]) if flat_parts \
-            else _array(plan.kind, [])
+        return _tensor(plan.kind, _flat(plan.kind, parts), shape)
+    flat = _flat(plan.kind, [plan.fixed(v, i) for i, v in enumerate(per_example)])
     return _tensor(plan.kind, flat, ((count,) if batched else ()) + plan.shape)
 
 

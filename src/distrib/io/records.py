@@ -20,7 +20,7 @@ __all__ = ["TFRecordWriter", "RecordReader", "tf_record_iterator"]
 
 _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
-_BIG = 1 << 24  # compressed streams: longer records are read in pieces of this size
+_BIG = 1 << 20  # compressed streams: longer records are read in pieces of this size
 
 
 class RecordReader:
@@ -48,6 +48,7 @@ class RecordReader:
             raise FileNotFoundError(f"cannot open TFRecord file {self.path}: {exc.strerror or exc}") from None
         self._size = os.fstat(self._file.fileno()).st_size if self._compression == "" else -1
         self.offset = 0
+        self._pending: Optional[DataLossError] = None  # found after good records: raised by the next read
         if offset:
             self._skip_to(int(offset))
 
@@ -76,7 +77,12 @@ class RecordReader:
             raise self._loss(at, f"the {self._compression} stream is damaged ({exc})") from None
 
     def read(self, limit: int) -> List[bytes]:
-        """Up to ``limit`` next records (fewer only at the end of the file)."""
+        """Up to ``limit`` next records (fewer only at the end of the file).
+
+        Damage raises `DataLossError` once the good records before it were returned.
+        """
+        if self._pending is not None:
+            raise self._pending
         out: List[bytes] = []
         read, unpack, crc, offset = self._file.read, _HEADER.unpack, masked_crc, self.offset
         compressed = self._compression != ""
@@ -106,9 +112,12 @@ class RecordReader:
                 out.append(data)
                 offset += HEADER_SIZE + length + FOOTER_SIZE
         except STREAM_ERRORS as exc:
-            raise self._loss(offset, f"the {self._compression} stream is damaged ({exc})") from None
-        finally:
-            self.offset = offset
+            self._pending = self._loss(offset, f"the {self._compression} stream is damaged ({exc})")
+        except DataLossError as exc:
+            self._pending = exc
+        self.offset = offset
+        if self._pending is not None and not out:
+            raise self._pending
         return out
 
     def _read_long(self, length: int, offset: int) -> bytes:

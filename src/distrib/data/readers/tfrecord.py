@@ -109,7 +109,9 @@ def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset], compression_t
         compression_type: ``None``/``""``, ``"GZIP"`` or ``"ZLIB"``.
         buffer_size: the read buffer of each file, in bytes (default 256 KiB).
         num_parallel_reads: read this many files interleaved, record by record
-            (TF's deterministic order); the files are read on the calling thread.
+            (TF's deterministic order), as ``interleave(num_parallel_calls=k,
+            deterministic=True)`` does: on the calling thread until ``interleave``
+            runs its datasets in parallel.
 
     A damaged record raises `distrib.io.DataLossError` naming the file and offset.
 
@@ -130,7 +132,8 @@ def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset], compression_t
             return _Records(paths, reader)
         files = FilesDataset(paths, _name)  # names: FILE sharding splits them before the interleave
     cycle = int(num_parallel_reads) if num_parallel_reads and num_parallel_reads > 1 else 1
-    return files.interleave(lambda path: reader(str(path)), cycle_length=cycle, block_length=1)
+    return files.interleave(lambda path: reader(str(path)), cycle_length=cycle, block_length=1,
+                            num_parallel_calls=cycle if cycle > 1 else None, deterministic=True)
 
 
 def _name(path: str) -> List[str]:
