@@ -14,14 +14,15 @@ from distrib.data.distributed_iterator import DistributedIterator
 from distrib.data.input_context import InputBinding, InputContext, InputHost, InputPlacement
 from distrib.data.iterator import DatasetIterator, Optional, OutOfRangeError
 from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKNOWN,
-                                  UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options)
+                                  UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options,
+                                  ThreadingOptions)
 from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
 from distrib.data.readers import TFRecordDataset
 from distrib.data.text import TextLineDataset
 from distrib.data.windowing import RaggedList, RaggedSpec
 
-__all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "AutoShardPolicy",
+__all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "ThreadingOptions", "AutoShardPolicy",
            "InputContext", "InputPlacement", "InputHost", "InputBinding", "TensorSpec", "DatasetIterator", "DistributedDataset",
            "DistributedIterator", "Optional", "OutOfRangeError", "AUTOTUNE", "INFINITE", "UNKNOWN",
            "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "experimental", "TextLineDataset", "TFRecordDataset", "STRING",

@@ -23,9 +23,10 @@ import numpy as np
 import torch
 from torch.utils import data as tud
 
-from distrib.data.blocks import LazyBatch, ListBlock, Table, table_for
+from distrib.data.blocks import LazyBatch, ListBlock, MapStyleTable, Table, table_for
 from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN, Options
+from distrib.data.parallel.loader_workers import WorkerTable, replica_plan
 from distrib.data.sources import ElementsIterator, IterableDataset, TableDataset
 from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
 from distrib.data.structure import to_structure
@@ -99,8 +100,9 @@ def _custom_collate(loader: tud.DataLoader) -> Any:
 class LoaderBatchesDataset(Dataset):
     """The batches of a map-style ``DataLoader``, each a lazy batch of the indices its sampler chose.
 
-    Worker processes of the loader are not used: batches are fetched in this
-    process when consumed, only for the rows a replica needs.
+    Batches are fetched when consumed, only for the rows a replica needs; with
+    ``num_workers > 0`` the loader's worker processes fetch them
+    (`distrib.data.parallel.loader_workers`).
     """
 
     def __init__(self, loader: tud.DataLoader) -> None:
@@ -114,7 +116,7 @@ class LoaderBatchesDataset(Dataset):
 
     def _iterator(self, ctx: IterContext, lineage: Tuple[int, ...], state: Optional[dict]) -> BlockIterator:
         seed = mix_seed(ctx.seed(self, self._seed, False), *lineage)
-        return _LoaderBatchesIterator(self._loader, self._table, seed, state)
+        return _LoaderBatchesIterator(self._loader, self._table, seed, state, ctx.replica_slice)
 
 
 def _generator_of(source: Any) -> Optional[torch.Generator]:
@@ -124,8 +126,8 @@ def _generator_of(source: Any) -> Optional[torch.Generator]:
 
 
 class _LoaderBatchesIterator(BlockIterator):
-    def __init__(self, loader: tud.DataLoader, table: Table, seed: int, state: Optional[dict]) -> None:
-        self._table = table
+    def __init__(self, loader: tud.DataLoader, table: Table, seed: int, state: Optional[dict],
+                 replica_slice: Optional[Tuple[int, int]] = None) -> None:
         generator = _generator_of(loader.sampler)
         if state is not None and state.get("gen") is not None and generator is not None:
             generator.set_state(torch.tensor(state["gen"], dtype=torch.uint8))
@@ -134,6 +136,11 @@ class _LoaderBatchesIterator(BlockIterator):
             torch.manual_seed(seed)  # samplers without a generator draw from the global RNG
             self._batches: List[List[int]] = [list(b) for b in loader.batch_sampler]
         self._pos = int(state["pos"]) if state else 0
+        self._table = table
+        if loader.num_workers > 0 and isinstance(table, MapStyleTable):  # (tensors: one index_select is faster)
+            # the loader's worker processes fetch this replica's rows, in order
+            plan = replica_plan(self._batches[self._pos:], replica_slice)
+            self._table = WorkerTable(table, loader, plan, _custom_collate(loader), mix_seed(seed, self._pos))
 
     def next_block(self, limit: int) -> Optional[ListBlock]:
         batches = self._batches

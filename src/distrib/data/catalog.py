@@ -17,8 +17,11 @@ from distrib.data.padding import PaddedBatchDataset
 from distrib.data.shuffle import ShuffleDataset
 from distrib.data.sources import FilesDataset, GeneratorDataset, RangeDataset, TensorsDataset, TensorSlicesDataset
 from distrib.data.text import list_files
-from distrib.data.transforms import (FilterDataset, MapDataset, OptionsDataset, PrefetchDataset, RepeatDataset,
-                                     ShardDataset, SkipDataset, TakeDataset)
+from distrib.data.parallel.parallel_interleave import ParallelInterleaveDataset
+from distrib.data.parallel.parallel_map import ParallelMapDataset
+from distrib.data.parallel.prefetch import PrefetchDataset
+from distrib.data.transforms import (FilterDataset, MapDataset, OptionsDataset, RepeatDataset, ShardDataset,
+                                     SkipDataset, TakeDataset)
 from distrib.data.windowing import RaggedBatchDataset, RebatchDataset, WindowDataset
 
 __all__: list = []
@@ -30,6 +33,8 @@ bind([
     MapDataset, FilterDataset, ShuffleDataset, RepeatDataset, BatchDataset, UnbatchDataset, ShardDataset,
     TakeDataset, SkipDataset, PrefetchDataset, CacheDataset, OptionsDataset, EnumerateDataset,
     ConcatenateDataset, InterleaveDataset, PaddedBatchDataset,
+    # the parallel executor (`distrib.data.parallel`)
+    ParallelMapDataset, ParallelInterleaveDataset,
     # windowing, folds, grouping, choosing (`distrib.data.dataset_ops`)
     WindowDataset, RebatchDataset, RaggedBatchDataset, ScanDataset, UniqueDataset, TakeWhileDataset,
     reduce_dataset, single_element, GroupByWindowDataset, bucket_by_sequence_length, choose_from_datasets,

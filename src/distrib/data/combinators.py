@@ -275,7 +275,15 @@ class _InterleaveIterator(BlockIterator):
             for i, slot in enumerate(state["slots"]):
                 if slot is not None:
                     self._befores[i] = slot["before"]
-                    self._slots[i] = node._reopen(ctx, lineage, slot["before"], slot["inner"])
+                    self._slots[i] = self._restore_slot(ctx, lineage, slot)
+
+    def _open_slot(self, element: Any) -> BlockIterator:
+        """The iterator of ``map_func(element)`` for a free slot."""
+        return self._node._open(element)
+
+    def _restore_slot(self, ctx: IterContext, lineage: Lineage, slot: dict) -> BlockIterator:
+        """An open dataset's iterator rebuilt from its slot's state."""
+        return self._node._reopen(ctx, lineage, slot["before"], slot["inner"])
 
     def _advance(self) -> None:
         self._block_index = 0
@@ -300,7 +308,7 @@ class _InterleaveIterator(BlockIterator):
                 if element is _END:
                     self._end_of_input = True
                 else:
-                    self._slots[i] = self._node._open(element)
+                    self._slots[i] = self._open_slot(element)
                     self._befores[i] = before
             else:
                 self._advance()

@@ -156,8 +156,17 @@ class Dataset(DatasetOps):
     # ---------------------------------------------------------- transforms
     def map(self, map_func: Callable, num_parallel_calls: Optional[int] = None,
             deterministic: Optional[bool] = None, name: Optional[str] = None) -> "Dataset":
-        """``map_func`` applied to every element (after ``batch`` it receives whole batches)."""
-        return operator("MapDataset")(self, map_func)
+        """``map_func`` applied to every element (after ``batch`` it receives whole batches).
+
+        ``num_parallel_calls`` (a count or `AUTOTUNE`) runs it on that many workers
+        (threads, or processes with ``Options().threading.workers = "processes"``);
+        the elements and their order are the serial map's unless
+        ``deterministic=False`` (then they come as they finish). See
+        `distrib.data.parallel.parallel_map`.
+        """
+        if num_parallel_calls is None:
+            return operator("MapDataset")(self, map_func)
+        return operator("ParallelMapDataset")(self, map_func, num_parallel_calls, deterministic)
 
     def filter(self, predicate: Callable, name: Optional[str] = None) -> "Dataset":
         """The elements for which ``predicate`` returns true (a bool or scalar bool tensor)."""
@@ -180,7 +189,11 @@ class Dataset(DatasetOps):
     def batch(self, batch_size: int, drop_remainder: bool = False,
               num_parallel_calls: Optional[int] = None, deterministic: Optional[bool] = None,
               name: Optional[str] = None) -> "Dataset":
-        """Consecutive elements stacked into batches of ``batch_size``."""
+        """Consecutive elements stacked into batches of ``batch_size``.
+
+        ``num_parallel_calls`` is accepted and batches are built on the calling thread
+        (a ``prefetch`` after ``batch`` moves that to the background).
+        """
         return operator("BatchDataset")(self, batch_size, drop_remainder)
 
     def unbatch(self, name: Optional[str] = None) -> "Dataset":
@@ -200,10 +213,11 @@ class Dataset(DatasetOps):
         return operator("SkipDataset")(self, count)
 
     def prefetch(self, buffer_size: int, name: Optional[str] = None) -> "Dataset":
-        """Accepted for tf.data compatibility; elements are produced on demand.
+        """A background thread keeps up to ``buffer_size`` elements ready (`AUTOTUNE`: 2; 0: none).
 
-        In-memory batches are gathered with one indexing call per tensor, which
-        is cheaper than a hand-off to a background thread.
+        Same elements, same order, exact resume. Elements still planned as indices
+        (in-memory rows and batches) are gathered by the consumer: that is cheaper
+        than a hand-off. See `distrib.data.parallel.prefetch`.
         """
         return operator("PrefetchDataset")(self, buffer_size)
 
@@ -242,15 +256,18 @@ class Dataset(DatasetOps):
         """Elements of ``map_func(x)`` for each element ``x``, ``cycle_length`` datasets at a time.
 
         ``block_length`` consecutive elements come from each open dataset in turn
-        (tf.data's order; ``num_parallel_calls`` is accepted, the order stays
-        deterministic). ``cycle_length`` defaults to the number of CPU cores, as in TF.
+        (tf.data's order). With ``num_parallel_calls`` the open datasets are read
+        ahead on that many threads, in the same order (``deterministic=False`` is
+        accepted and keeps it). ``cycle_length`` defaults to the number of CPU cores, as in TF.
 
         Example:
             >>> [int(v) for v in Dataset.range(2).interleave(
             ...     lambda x: Dataset.range(3).map(lambda y: 10 * x + y), cycle_length=2, block_length=2)]
             [0, 1, 10, 11, 2, 12]
         """
-        return operator("InterleaveDataset")(self, map_func, cycle_length, block_length)
+        if num_parallel_calls is None:
+            return operator("InterleaveDataset")(self, map_func, cycle_length, block_length)
+        return operator("ParallelInterleaveDataset")(self, map_func, cycle_length, block_length, num_parallel_calls)
 
     def flat_map(self, map_func: Callable[..., "Dataset"], name: Optional[str] = None) -> "Dataset":
         """The elements of ``map_func(x)`` for each element ``x``, one dataset after another."""

@@ -133,6 +133,8 @@ class DistributedDataset:
         placement = strategy.input_placement()
         ctx.cache_suffix = worker_suffix(placement.num_input_pipelines, placement.input_pipeline_id,
                                          placement.num_local_replicas, placement.local_replica_id)
+        if sharding is Sharding.DATA:  # replicas gather their slice of each batch (a DataLoader's workers plan it)
+            ctx.replica_slice = (placement.num_replicas_in_sync, placement.replica_id)
         self._source = DistributedSource(strategy, dataset, sharding, ctx, options or InputOptions())
         why = resharding_limit(sharding)
         if why is not None and elastic_enabled() and strategy.input_placement().num_replicas_in_sync > 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional
 
-__all__ = ["AutoShardPolicy", "DistributeOptions", "Options", "AUTOTUNE", "INFINITE", "UNKNOWN",
+__all__ = ["AutoShardPolicy", "DistributeOptions", "ThreadingOptions", "Options", "AUTOTUNE", "INFINITE", "UNKNOWN",
            "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
 INFINITE = -1
@@ -74,21 +74,58 @@ class DistributeOptions(_Strict):
         return f"DistributeOptions(auto_shard_policy={self.auto_shard_policy!r})"
 
 
+class ThreadingOptions(_Strict):
+    """``Options().threading``: who runs the parallel operators' work (docs/input-pipelines.md).
+
+    Attributes:
+        workers: ``"threads"`` (default: torch ops and image decoding release the
+            GIL) or ``"processes"`` (forked worker processes, for map functions
+            that hold the GIL: pure-Python parsing); applies to ``map(...,
+            num_parallel_calls=)``.
+        private_threadpool_size: when > 0, caps every ``num_parallel_calls``
+            (tf.data's meaning: the pipeline's own pool size).
+        max_intra_op_parallelism: torch threads per worker (default 1, as a
+            DataLoader worker; 0 leaves torch's setting alone).
+    """
+
+    _fields = ("workers", "private_threadpool_size", "max_intra_op_parallelism")
+
+    def __init__(self) -> None:
+        self.workers: str = "threads"
+        self.private_threadpool_size: int = 0
+        self.max_intra_op_parallelism: int = 1
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "workers" and value not in ("threads", "processes"):
+            raise ValueError(f"Options().threading.workers must be 'threads' or 'processes', got {value!r}")
+        super().__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        return f"ThreadingOptions(workers={self.workers!r}, private_threadpool_size={self.private_threadpool_size})"
+
+
 class Options(_Strict):
     """Options of a dataset, attached with `Dataset.with_options`.
 
-    ``experimental_distribute`` is ``distribute`` (the seeds' spelling), and
-    ``experimental_deterministic`` is ``deterministic``. Options set later in
-    a pipeline win over earlier ones; unset options do not override.
+    ``experimental_distribute`` is ``distribute`` (the seeds' spelling),
+    ``experimental_deterministic`` is ``deterministic`` (the default of
+    ``map``/``interleave``'s ``deterministic=None``: True unless set) and
+    ``experimental_threading`` is ``threading``. Options set later in a
+    pipeline win over earlier ones; unset options do not override.
     """
 
     _fields = ("distribute", "experimental_distribute", "deterministic",
-               "experimental_deterministic", "_set")
+               "experimental_deterministic", "threading", "experimental_threading", "_set")
 
     def __init__(self) -> None:
         object.__setattr__(self, "_set", set())
         object.__setattr__(self, "distribute", _TrackedDistribute(self))
+        object.__setattr__(self, "threading", _TrackedThreading(self))
         object.__setattr__(self, "deterministic", None)
+
+    @property  # type: ignore[override]
+    def experimental_threading(self) -> ThreadingOptions:
+        return self.threading
 
     @property  # type: ignore[override]
     def experimental_distribute(self) -> DistributeOptions:
@@ -103,6 +140,12 @@ class Options(_Strict):
             name = "distribute"
         if name == "experimental_deterministic":
             name = "deterministic"
+        if name in ("threading", "experimental_threading"):
+            if not isinstance(value, ThreadingOptions):
+                raise TypeError(f"Options().threading must be a ThreadingOptions, got {type(value).__name__}")
+            for field in ThreadingOptions._fields:
+                setattr(self.threading, field, getattr(value, field))
+            return
         if name == "distribute" and isinstance(value, DistributeOptions):
             self._set.add("auto_shard_policy")
             object.__setattr__(self.distribute, "auto_shard_policy", value.auto_shard_policy)
@@ -119,6 +162,9 @@ class Options(_Strict):
                     out.distribute.auto_shard_policy = src.distribute.auto_shard_policy
                 elif name == "num_devices":
                     out.distribute.num_devices = src.distribute.num_devices
+                elif name.startswith("threading."):
+                    field = name.partition(".")[2]
+                    setattr(out.threading, field, getattr(src.threading, field))
                 else:
                     setattr(out, name, getattr(src, name))
         return out
@@ -138,6 +184,20 @@ class _TrackedDistribute(DistributeOptions):
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
         self._owner._set.add(name)
+
+
+class _TrackedThreading(ThreadingOptions):
+    """Remembers which threading options were set (as ``"threading.<name>"``) for `Options.merge`."""
+
+    def __init__(self, owner: Options) -> None:
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "workers", "threads")
+        object.__setattr__(self, "private_threadpool_size", 0)
+        object.__setattr__(self, "max_intra_op_parallelism", 1)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        self._owner._set.add(f"threading.{name}")
 
 
 def _as_policy(value: Any) -> AutoShardPolicy:

@@ -97,6 +97,11 @@ class IterContext:
 
     def __init__(self, root: Any, base_seed: Optional[int] = None) -> None:
         self.base_seed = base_seed
+        self._root = root
+        self._options: Any = None
+        #: ``(num_replicas, replica)`` when a distributed dataset (DATA sharding) will gather
+        #: only slice ``replica`` of each batch (`distrib.data.batch_split.split_bounds`); else None.
+        self.replica_slice: Optional[Tuple[int, int]] = None
         self._index = {id(node): i for i, node in enumerate(walk(root))}
         self._iterations = 0
         self.seeds: Dict[int, int] = {}
@@ -105,6 +110,12 @@ class IterContext:
         #: Added to ``cache(filename)`` names so that each process has its own file
         #: (`distrib.data.caching.cache_file.worker_suffix`; "" outside a distributed dataset).
         self.cache_suffix = ""
+
+    def options(self) -> Any:
+        """The pipeline's merged `distrib.data.Options` (read once)."""
+        if self._options is None:
+            self._options = self._root.options()
+        return self._options
 
     def index(self, node: Any) -> int:
         """The node's position in the pipeline (stable across processes)."""
@@ -129,9 +140,10 @@ class IterContext:
         return (self._iterations - 1,)
 
     def state(self) -> Dict[str, Any]:
+        seeds, caches = dict(self.seeds), dict(self.cache_sources)  # (copied at once: a prefetch thread may add)
         return {"iterations": self._iterations,
-                "seeds": {str(k): v for k, v in self.seeds.items()},
-                "caches": {str(k): v for k, v in self.cache_sources.items()}}
+                "seeds": {str(k): v for k, v in seeds.items()},
+                "caches": {str(k): v for k, v in caches.items()}}
 
     def load_state(self, state: Dict[str, Any]) -> None:
         self._iterations = int(state.get("iterations", 0))

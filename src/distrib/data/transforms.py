@@ -28,7 +28,7 @@ from distrib.data.stream import ALL, BlockIterator, IterContext, mix_seed
 from distrib.data.structure import call_unpacked, to_structure
 
 __all__ = ["MapDataset", "FilterDataset", "TakeDataset", "SkipDataset", "ShardDataset",
-           "RepeatDataset", "PrefetchDataset", "OptionsDataset"]
+           "RepeatDataset", "OptionsDataset"]
 
 Lineage = Tuple[int, ...]
 
@@ -334,16 +334,6 @@ class _RepeatIterator(BlockIterator):
 
 
 # ----------------------------------------------------------------- pass-throughs
-class PrefetchDataset(_Unary):
-    def __init__(self, input_dataset: Dataset, buffer_size: int) -> None:
-        super().__init__(input_dataset)
-        if int(buffer_size) < -1:
-            raise ValueError(f"prefetch buffer_size must be >= 0 or AUTOTUNE (-1), got {buffer_size}")
-
-    def _iterator(self, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
-        return _Pass(_inner(self, ctx, lineage, state))
-
-
 class OptionsDataset(_Unary):
     def __init__(self, input_dataset: Dataset, options: Options) -> None:
         super().__init__(input_dataset)

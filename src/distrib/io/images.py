@@ -1,10 +1,12 @@
-"""Image files as tensors: tf.io's ``decode_*`` / ``encode_*`` and ``read_file``, on Pillow.
+"""Image files as tensors: tf.io's ``decode_*`` / ``encode_*`` and ``read_file``.
 
 Images are TF's layout: ``[height, width, channels]`` uint8 tensors
-(``[frames, height, width, 3]`` for an animated GIF). Pillow decodes JPEG with
-libjpeg-turbo, TF's library, using TF's defaults (ISLOW DCT, fancy
-upsampling), so pixels match TF's; the decoding runs with the GIL released,
-so threads decode in parallel. Why Pillow: docs/input-pipelines.md.
+(``[frames, height, width, 3]`` for an animated GIF). JPEGs are decoded by
+simplejpeg (libjpeg-turbo's TurboJPEG API, TF's library) with TF's settings
+(fast integer IDCT with fancy upsampling by default), so pixels equal TF's;
+Pillow decodes PNG/GIF/BMP, scaled JPEGs (``ratio``) and CMYK JPEGs, and
+encodes. Both decode with the GIL released, so threads decode in parallel.
+Why these libraries: docs/input-pipelines.md.
 
 Example:
     >>> image = decode_jpeg(read_file("cat.jpg"), channels=3)     # uint8 [H, W, 3]
@@ -99,6 +101,27 @@ def _to_hwc(image: Any, channels: int) -> torch.Tensor:
     return torch.from_numpy(array.reshape(array.shape[0], array.shape[1], want))
 
 
+def _decode_jpeg_turbo(data: bytes, channels: int, fancy_upscaling: bool, dct_method: str,
+                       where: str) -> Optional[torch.Tensor]:
+    """TF's decode via TurboJPEG; None where Pillow must do it (not a JPEG header, CMYK/YCCK)."""
+    import simplejpeg
+
+    try:
+        _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None  # Pillow names what the bytes are not
+    if colorspace not in ("Gray", "YCbCr", "RGB"):
+        return None
+    gray = channels == 1 or (channels == 0 and colorspace == "Gray")
+    try:
+        array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB",
+                                       fastdct=dct_method != "INTEGER_ACCURATE",
+                                       fastupsample=not fancy_upscaling)  # GIL released while decoding
+    except ValueError as exc:
+        raise ValueError(f"{where}: cannot decode the JPEG image ({exc})") from None
+    return torch.from_numpy(array)
+
+
 def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscaling: bool = True,
                 try_recover_truncated: bool = False, acceptable_fraction: float = 1.0,
                 dct_method: str = "", name: Optional[str] = None) -> torch.Tensor:
@@ -106,12 +129,11 @@ def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscal
 
     ``channels``: 0 keeps the file's (1 or 3), 1 asks the decoder for
     grayscale (luma, as TF's), 3 for RGB. ``ratio`` (1, 2, 4, 8) scales down
-    while decoding. ``dct_method``: ``""``/``"INTEGER_FAST"`` (TF's default)
-    or ``"INTEGER_ACCURATE"``. Pixels equal TF's except for one case: TF's
-    default on a color JPEG with subsampled chroma (fast IDCT with fancy
-    upsampling, a pair Pillow does not offer) is decoded with the accurate
-    IDCT, within a few levels of TF's (docs/input-pipelines.md).
-    ``try_recover_truncated`` and ``acceptable_fraction`` are accepted.
+    while decoding. ``dct_method``: ``""``/``"INTEGER_FAST"`` (TF's default:
+    libjpeg-turbo's fast integer IDCT) or ``"INTEGER_ACCURATE"``;
+    ``fancy_upscaling`` as TF. Pixels equal TF 2.21's for every setting
+    tested (tests/unit/test_io_images.py). ``try_recover_truncated`` and
+    ``acceptable_fraction`` are accepted (a truncated file is an error).
     """
     where = "decode_jpeg"
     channels = _check_channels(channels, where, (0, 1, 3))
@@ -119,7 +141,12 @@ def decode_jpeg(contents: bytes, channels: int = 0, ratio: int = 1, fancy_upscal
         raise ValueError(f"{where}: ratio must be 1, 2, 4 or 8, got {ratio}")
     if dct_method not in ("", "INTEGER_FAST", "INTEGER_ACCURATE"):
         raise ValueError(f"{where}: dct_method must be '', 'INTEGER_FAST' or 'INTEGER_ACCURATE', got {dct_method!r}")
-    image = _open(_bytes(contents, where), where, ("JPEG",))
+    data = _bytes(contents, where)
+    if ratio == 1:
+        pixels = _decode_jpeg_turbo(data, channels, fancy_upscaling, dct_method, where)
+        if pixels is not None:
+            return pixels
+    image = _open(data, where, ("JPEG",))
     if channels == 1 or ratio != 1:
         size = (-(-image.size[0] // ratio), -(-image.size[1] // ratio)) if ratio != 1 else None
         image.draft("L" if channels == 1 else image.mode, size)
