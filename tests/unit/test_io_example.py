@@ -138,3 +138,54 @@ def test_sparse_to_dense_fills_missing_entries():
     assert tags.shape == (6, 3) and tags[3].tolist() == [b"t0", b"t1", b"t2"] and tags[0].tolist() == [b""] * 3
     ids = out["ids"].to_dense(default_value=-1)
     assert ids[4].tolist() == [400, 401, 402, 403] and ids[1].tolist() == [-1] * 4
+
+
+def _float_example(values, unpacked=False):
+    """An Example with float feature "x"; ``unpacked`` writes each float as its own field (valid proto)."""
+    if not unpacked:
+        return dio.Example(features=dio.Features(feature={
+            "x": dio.Feature(float_list=dio.FloatList(value=values))})).SerializeToString()
+
+    def field(number, payload):  # a length-delimited field
+        length = len(payload)
+        return bytes([number << 3 | 2]) + (bytes([length]) if length < 128 else bytes([length & 127 | 128, length >> 7])) + payload
+
+    floats = b"".join(b"\x0d" + np.float32(v).tobytes() for v in values)  # tag 1, wire type 5
+    entry = field(1, b"x") + field(2, field(2, floats))
+    return field(1, field(1, entry))
+
+
+def test_batched_float_features_keep_every_bit_and_read_unpacked_encodings():
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, 3.4e38, -1.5]
+    records = [_float_example(special), _float_example(special[::-1], unpacked=True), _float_example(special)]
+    got = dio.parse_example(records, {"x": dio.FixedLenFeature([2, 4], torch.float32)})["x"]
+    want = np.array([special, special[::-1], special], dtype=np.float32).reshape(3, 2, 4)
+    assert got.dtype == torch.float32 and got.shape == (3, 2, 4)
+    assert got.numpy().tobytes() == want.tobytes()  # -0.0 and NaN bit patterns included
+    one = [dio.parse_single_example(r, {"x": dio.FixedLenFeature([2, 4], torch.float32)})["x"] for r in records]
+    assert torch.stack(one).numpy().tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("kind", ["float", "int64"])
+def test_a_batch_with_one_wrong_count_or_kind_names_that_example(kind):
+    def build(n, as_kind=kind):
+        value = (dio.Feature(float_list=dio.FloatList(value=[1.0] * n)) if as_kind == "float"
+                 else dio.Feature(int64_list=dio.Int64List(value=[1] * n)))
+        return dio.Example(features=dio.Features(feature={"x": value})).SerializeToString()
+
+    dtype = torch.float32 if kind == "float" else torch.int64
+    spec = {"x": dio.FixedLenFeature([8], dtype)}
+    good = [build(8)] * 5
+    assert dio.parse_example(good, spec)["x"].shape == (5, 8)
+    for bad, message in [(build(7), "example 3 has 7"), (build(9), "example 3 has 9"),
+                         (build(8, "int64" if kind == "float" else "float"), "example 3 holds"),
+                         (dio.Example().SerializeToString(), "example 3 does not have it")]:
+        records = good[:3] + [bad] + good[:1]
+        with pytest.raises(ValueError, match=message):
+            dio.parse_example(records, spec)
+    compensating = good[:2] + [build(7), build(9)]  # same total size, different counts
+    with pytest.raises(ValueError, match="example 2 has 7"):
+        dio.parse_example(compensating, spec)
+    with_default = {"x": dio.FixedLenFeature([8], dtype, default_value=[2] * 8)}
+    parsed = dio.parse_example(good[:1] + [dio.Example().SerializeToString()], with_default)["x"]
+    assert parsed[0].tolist() == [1] * 8 and parsed[1].tolist() == [2] * 8

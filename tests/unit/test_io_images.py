@@ -172,3 +172,11 @@ def test_damaged_jpegs_decode_or_raise_one_line_value_errors(seed):
                 assert "\n" not in str(exc) and str(exc).startswith("decode_jpeg: ")
             else:
                 assert pixels.dtype == torch.uint8 and pixels.dim() == 3
+
+
+def test_a_forged_huge_size_claim_is_refused_before_allocating():
+    data = bytearray(dio.read_file(REF_DIR / "rgb_q90.jpg"))
+    at = data.index(b"\xff\xc0") + 5  # SOF0: length (2), precision (1), then height and width
+    data[at:at + 4] = (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big")
+    with pytest.raises(ValueError, match=r"decode_jpeg: the JPEG claims 60000x60000 pixels"):
+        dio.decode_jpeg(bytes(data))

@@ -101,17 +101,28 @@ def _to_hwc(image: Any, channels: int) -> torch.Tensor:
     return torch.from_numpy(array.reshape(array.shape[0], array.shape[1], want))
 
 
+def _check_size(height: int, width: int, where: str) -> None:
+    """Refuse a size claim past Pillow's decompression-bomb limit before any memory is taken for it."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and height * width > 2 * limit:
+        raise ValueError(f"{where}: the JPEG claims {height}x{width} pixels, more than the {2 * limit} allowed "
+                         f"(PIL.Image.MAX_IMAGE_PIXELS x 2)")
+
+
 def _decode_jpeg_turbo(data: bytes, channels: int, fancy_upscaling: bool, dct_method: str,
                        where: str) -> Optional[torch.Tensor]:
     """TF's decode via TurboJPEG; None where Pillow must do it (not a JPEG header, CMYK/YCCK)."""
     import simplejpeg
 
     try:
-        _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None  # Pillow names what the bytes are not
     if colorspace not in ("Gray", "YCbCr", "RGB"):
         return None
+    _check_size(height, width, where)
     gray = channels == 1 or (channels == 0 and colorspace == "Gray")
     try:
         array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB",
