@@ -140,35 +140,41 @@ def test_a_worker_error_is_the_users_exception_naming_the_element(processes):
 
 
 def _data_threads():
-    return sum(1 for t in threading.enumerate() if t.name.startswith(("distrib-data", "distrib-prefetch")))
+    """The pipeline threads alive now (a set: threads of earlier tests may still be winding down)."""
+    return {t for t in threading.enumerate() if t.name.startswith(("distrib-data", "distrib-prefetch"))}
 
 
 def test_dropping_an_iterator_mid_epoch_stops_its_workers():
     import gc
 
-    baseline = _data_threads()
+    before = _data_threads()
     it = iter(Dataset.range(1000).map(lambda x: x + 1, num_parallel_calls=4).prefetch(3))
     for _ in range(5):
         next(it)
-    assert _data_threads() > baseline
+    started = _data_threads() - before
+    assert started
     del it
     gc.collect()
-    assert _wait_until(lambda: _data_threads() == baseline), threading.enumerate()
+    assert _wait_until(lambda: not (started & _data_threads())), threading.enumerate()
 
 
 def test_dropping_an_iterator_mid_epoch_stops_its_worker_processes():
     import gc
     import multiprocessing
 
-    baseline = len(multiprocessing.active_children())
+    def children():
+        return {p.pid for p in multiprocessing.active_children()}
+
+    before = children()
     options = Options()
     options.threading.workers = "processes"
     it = iter(Dataset.range(1000).map(lambda x: x + 1, num_parallel_calls=2).with_options(options))
     assert [int(next(it)) for _ in range(5)] == [1, 2, 3, 4, 5]
-    assert len(multiprocessing.active_children()) > baseline
+    started = children() - before
+    assert started
     del it
     gc.collect()
-    assert _wait_until(lambda: len(multiprocessing.active_children()) == baseline)
+    assert _wait_until(lambda: not (started & children()))
 
 
 def test_a_map_after_batch_on_lazy_batches_still_applies_to_a_replicas_rows():
