@@ -58,6 +58,7 @@ import torch
 from distrib.checkpoint import storage
 from distrib.checkpoint.background import BackgroundWrite
 from distrib.checkpoint.discovery import older_siblings
+from distrib.checkpoint.errors import CheckpointRestoreError
 from distrib.checkpoint.format import UnsafeFileError, copy_state
 from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.load_status import CheckpointLoadStatus
@@ -78,10 +79,6 @@ _SAVE_COUNTER = "save_counter"
 
 class CheckpointSaveError(DistribError, RuntimeError):
     """Writing a checkpoint failed on at least one worker (raised on every worker)."""
-
-
-class CheckpointRestoreError(DistribError, RuntimeError):
-    """A checkpoint's saved value could not be applied to a tracked object."""
 
 
 def _check_trackable(name: str, obj: Any) -> None:
