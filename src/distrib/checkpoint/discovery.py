@@ -28,6 +28,7 @@ from typing import List, Optional, Tuple
 from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
 from distrib.checkpoint.errors import UnsafeFileError
+from distrib.checkpoint.retry import with_retries
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
@@ -54,7 +55,7 @@ def first_valid(paths: List[str]) -> Optional[str]:
     """The first path in ``paths`` that verifies and parses; each damaged one before it is warned about."""
     for path in paths:
         try:
-            check_payload(path)
+            with_retries(lambda: check_payload(path), f"checking checkpoint {path}")
             return path
         except (CorruptCheckpointError, ValueError, OSError) as exc:
             warnings.warn(f"skipping damaged checkpoint: {exc}", CheckpointWarning, stacklevel=3)
