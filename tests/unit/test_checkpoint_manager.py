@@ -1,4 +1,5 @@
 """Checkpoint, CheckpointManager and latest_checkpoint in one process."""
+import errno
 import json
 import os
 import uuid
@@ -85,7 +86,7 @@ def test_save_interrupted_before_commit_leaves_no_checkpoint(tmp_path, monkeypat
     first = manager.save()
 
     def crash(self, name, produce):  # every file of a checkpoint is written through write_with
-        raise OSError("disk full while writing")
+        raise OSError(errno.ENOSPC, "disk full while writing")
 
     monkeypatch.setattr(storage.AtomicDirectory, "write_with", crash)
     with pytest.raises(CheckpointSaveError, match="disk full while writing"):

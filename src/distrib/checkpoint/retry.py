@@ -51,8 +51,10 @@ def with_retries(operation: Callable[[], T], what: str) -> T:
             if is_final(exc) or attempt == TRIES:
                 if attempt == 1:
                     raise
-                raise OSError(exc.errno, f"{exc.strerror or first_line(exc, limit=300)} (after {attempt} tries)",
-                              *([exc.filename] if exc.filename else [])) from exc
+                text = f"{exc.strerror or first_line(exc, limit=300)} (after {attempt} tries)"
+                if exc.errno is None:
+                    raise OSError(text) from exc
+                raise OSError(exc.errno, text, *([exc.filename] if exc.filename else [])) from exc
             warnings.warn(f"{what}: {first_line(exc, limit=300)}; trying again ({attempt + 1} of {TRIES})",
                           CheckpointWarning, stacklevel=2)
             time.sleep(DELAYS[min(attempt - 1, len(DELAYS) - 1)])
