@@ -121,6 +121,8 @@ def test_a_lossy_or_slow_link_trains_to_the_same_weights(tmp_path, reference, fa
 def test_a_worker_that_reaches_the_store_but_not_its_peer_is_named_never_a_silent_hang(tmp_path, reference):
     codes, outputs, finals, took = _job(tmp_path, "partition", "partition")
     text = "\n".join(outputs)
+    print(f"partition: launchers exited {codes} after {took:.0f}s; last lines:\n" +
+          "\n".join(o.strip().splitlines()[-1] if o.strip() else "" for o in outputs))
     assert "hung past its timeout" not in text and f"timed out after {LAUNCH_TIMEOUT}" not in text, text[-4000:]
     for weights in finals:  # whatever was written: never one half's weights apart from the other's
         assert _equal(weights, reference), "a worker finished with weights the uninterrupted run does not have"

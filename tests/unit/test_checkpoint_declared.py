@@ -227,3 +227,83 @@ def test_an_exact_widening_cast_restores_and_a_narrowing_one_is_refused(tmp_path
     with pytest.raises(distrib.checkpoint.CheckpointRestoreError, match="declared .* float64.* is .* float32"):
         distrib.train.Checkpoint(model=wide).read(path)
     assert torch.equal(wide.weight, before)
+
+
+def _saved_weights(tmp_path):
+    torch.manual_seed(1)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    path = str(tmp_path / "weights")
+    model.save_weights(path)
+    return path, {k: v.clone() for k, v in model.module.state_dict().items()}
+
+
+def _weights_file(path):
+    import pathlib
+
+    return pathlib.Path(path) / "weights.safetensors"
+
+
+def test_load_weights_checks_declared_shapes_before_reading(tmp_path, monkeypatch):
+    path, _ = _saved_weights(tmp_path)
+    target = _weights_file(path)
+    data = target.read_bytes()
+    n, header = _header(data)
+    name = next(k for k in header if k.endswith("0.weight"))
+    body, meta = data[8 + n:], header.pop("__metadata__")
+    pieces, offset = [], 0
+    for key, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        if key != name:
+            begin, end = entry["data_offsets"]
+            pieces.append(body[begin:end])
+            entry["data_offsets"] = [offset, offset + end - begin]
+            offset += end - begin
+    header[name] = {"dtype": "F32", "shape": [2, LARGE // 8], "data_offsets": [offset, offset + LARGE]}
+    raw = json.dumps({"__metadata__": meta, **header}, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    head = len(raw).to_bytes(8, "little") + raw + b"".join(pieces)
+    with open(target, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + LARGE)
+    digest = hashlib.sha256(head)
+    digest.update(bytes(LARGE))
+    manifest = json.loads((_weights_file(path).parent / "MANIFEST.json").read_bytes())
+    manifest["files"]["weights.safetensors"] = {"sha256": digest.hexdigest(), "size": len(head) + LARGE}
+    raw_manifest = json.dumps(manifest).encode()
+    (target.parent / "MANIFEST.json").write_bytes(raw_manifest)
+    (target.parent / "COMPLETE").write_bytes(hashlib.sha256(raw_manifest).hexdigest().encode())
+    allocated = []
+    empty = safetensors_io.TensorEntry.empty
+    monkeypatch.setattr(safetensors_io.TensorEntry, "empty", lambda e: allocated.append(e.nbytes) or empty(e))
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    with pytest.raises(distrib.training.errors.WeightsMismatchError, match=rf"shape mismatch 0.weight \(file "
+                                                                           rf"\(2, {LARGE // 8}\), model \(2, 3\)\)"):
+        model.load_weights(path)
+    assert not [a for a in allocated if a > 1 << 20], allocated
+
+
+def test_load_weights_refuses_a_relabelled_dtype(tmp_path):
+    path, expected = _saved_weights(tmp_path)
+    target = _weights_file(path)
+    data = target.read_bytes()
+    n, header = _header(data)
+    name = next(k for k in header if k.endswith("0.weight"))
+    header[name]["dtype"] = "I32"
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (n - len(raw))
+    data = data[:8] + raw + data[8 + n:]
+    target.write_bytes(data)
+    _reseal_weights(target.parent, data)
+    model = distrib.Model(torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    before = {k: v.clone() for k, v in model.module.state_dict().items()}
+    with pytest.raises(distrib.training.errors.WeightsMismatchError,
+                       match=r"dtype mismatch 0.weight \(file torch.int32, model torch.float32\)"):
+        model.load_weights(path)
+    assert all(torch.equal(before[k], v) for k, v in model.module.state_dict().items())
+
+
+def _reseal_weights(directory, data):
+    manifest = json.loads((directory / "MANIFEST.json").read_bytes())
+    manifest["files"]["weights.safetensors"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    raw = json.dumps(manifest).encode()
+    (directory / "MANIFEST.json").write_bytes(raw)
+    (directory / "COMPLETE").write_bytes(hashlib.sha256(raw).hexdigest().encode())
