@@ -1,4 +1,5 @@
 """Checkpoints with 2 real worker processes: only the chief writes, every worker agrees."""
+import errno
 import os
 
 import pytest
@@ -88,7 +89,7 @@ def save_with_failing_worker(directory):
     strategy = distrib.MultiWorkerMirroredStrategy()
     if strategy.replica_id == 1:
         def broken(self, name, produce):
-            raise OSError("no space left on device")
+            raise OSError(errno.ENOSPC, "no space left on device")
         storage.AtomicDirectory.write_with = broken
     with strategy.scope():
         model = torch.nn.Linear(2, 2)
@@ -168,7 +169,7 @@ def save_in_the_background(directory, fail_on_replica):
     error = None
     if strategy.replica_id == fail_on_replica:
         def broken(self, name, produce):
-            raise OSError("no space left on device")
+            raise OSError(errno.ENOSPC, "no space left on device")
         storage.AtomicDirectory.write_with = broken
     manager.save(options=options)
     try:

@@ -7,6 +7,7 @@ the newest (and is not deleted) until the new one is published; a failed
 write is raised by the next call that waits; a process killed mid-write
 leaves the previous checkpoint; and a resumed ``fit`` is still bit-identical.
 """
+import errno
 import os
 import select
 import subprocess
@@ -110,10 +111,10 @@ def test_a_failed_background_write_is_raised_by_the_next_call_that_waits(tmp_pat
     first = manager.save()
 
     def full(directory, name, produce):
-        raise OSError("no space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")  # final: not tried again
     monkeypatch.setattr(storage.AtomicDirectory, "write_with", full)
     manager.save(options=ASYNC)  # the error surfaces where the write is waited for
-    with pytest.raises(CheckpointSaveError, match="could not write checkpoint .*ckpt-2: no space left"):
+    with pytest.raises(CheckpointSaveError, match=r"could not write checkpoint .*ckpt-2: \[Errno 28\] No space left"):
         manager.sync()
     monkeypatch.undo()
     assert manager.latest_checkpoint == first and sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-1"]

@@ -206,7 +206,8 @@ FORGED = {
                                       "does not hold"),
     "state is a list, not a Checkpoint": (_with_skeleton(lambda s: [1, 2]), "not a Checkpoint"),
     # well-formed files whose values do not fit the tracked objects
-    "model weight of the wrong shape": (_with_state(_model_weight_shape), "cannot restore 'model'"),
+    "model weight of the wrong shape": (_with_state(_model_weight_shape),
+                                        "'state/model/weight' is declared (5, 5)"),
     "model state is text": (_with_state(_model_text), "cannot restore 'model'"),
     "optimizer exp_avg of the wrong shape": (_with_state(_odd_opt_state(0)), "exp_avg"),
     "optimizer exp_avg of the wrong shape (bias)": (_with_state(_odd_opt_state(1)), "exp_avg"),

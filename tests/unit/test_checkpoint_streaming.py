@@ -152,17 +152,17 @@ def test_a_file_changed_while_it_is_restored_is_caught_and_the_older_one_restore
     ckpt = Checkpoint(model=newer, optimizer=newer_opt)
     ckpt.save_counter.assign(1)
     newest = ckpt.save(str(tmp_path / "ckpt"))
-    real_plan = state_file_module.StateFile.plan
+    real_verify = state_file_module.StateFile.verify
 
-    def plan_then_flip(self):  # the file changes on disk after it was verified, before it is read in
+    def verify_then_flip(self):  # the file changes on disk after it was verified, before it is read in
+        real_verify(self)
         if self.path == newest:
             with open(os.path.join(newest, STATE), "r+b") as f:
                 f.seek(-1, os.SEEK_END)
                 last = f.read(1)
                 f.seek(-1, os.SEEK_END)
                 f.write(bytes([last[0] ^ 1]))
-        return real_plan(self)
-    monkeypatch.setattr(state_file_module.StateFile, "plan", plan_then_flip)
+    monkeypatch.setattr(state_file_module.StateFile, "verify", verify_then_flip)
     live, live_opt = _trained(3)
     with pytest.warns(CheckpointWarning, match="ckpt-2.*changed while it was restored"):
         status = Checkpoint(model=live, optimizer=live_opt).restore(newest)

@@ -287,3 +287,19 @@ def test_an_unset_tf_config_says_nothing(recwarn):
 
     assert resolve_cluster({}).world_size == 1
     assert not [w for w in recwarn if "TF_CONFIG" in str(w.message)]
+
+
+@pytest.mark.parametrize("text", ["", "{}"])
+def test_a_set_but_empty_tf_config_is_one_line_on_stderr(text):
+    """Issue 52: Python's warning output echoed distrib's source line under the message (two lines)."""
+    import os
+
+    from distrib.testing.harness import run_python
+
+    env = dict(os.environ, TF_CONFIG=text, DISTRIB_LAUNCH_FORK="0")
+    proc = run_python(["-c", "import distrib; distrib.MultiWorkerMirroredStrategy(); print('alone')"], env=env,
+                      timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "alone", proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert f"EmptyTFConfigWarning: TF_CONFIG is set but empty ({text!r})" in lines[0]

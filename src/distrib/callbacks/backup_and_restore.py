@@ -49,7 +49,7 @@ from distrib.callbacks._chief import model_strategy
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
-from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.fs import check_backend, check_writable
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
@@ -120,6 +120,7 @@ class BackupAndRestore(Callback):
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs: Any = None) -> None:
+        check_writable(self.backup_dir, "BackupAndRestore")  # every task writes (the others to temporaries)
         strategy = self._strategy()
         checkpoint = Checkpoint(model=_ModelState(self.model), train_loop=self.model.train_loop_state,
                                 rng=RNGState(strategy))

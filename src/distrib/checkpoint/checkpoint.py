@@ -33,11 +33,10 @@ itself and adds its own steps, see `distrib.checkpoint.manager`)::
 
 and of a restore (`Checkpoint.restore`; `read` is steps 1 and 4-5 for its one path)::
 
-    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None where the
-                                                                 # chief is unknown: each object
-                                                                 # then resolves its own)
+    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None: chief
+                                                                 # unknown, each object resolves its own)
     2. self.restore_for(role, save_path):
-    3.     for path in (save_path, *older_siblings(save_path)):  # the first that restores
+    3.     for path in (save_path, *older_siblings(save_path)):  # the first that restores (retried: retry.py)
     4.         self.sync(); restore_in_place(StateFile(path), self.state_dict_for(role), ...)
     5.         self._apply(state, where, role)  # obj.load_state_dict_for(value, role) or load_state_dict
 
@@ -48,21 +47,22 @@ Example:
 """
 from __future__ import annotations
 
-from distrib.errors import DistribError, first_line
-
 import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
 
+from distrib.errors import DistribError, first_line
 from distrib.checkpoint import storage
 from distrib.checkpoint.background import BackgroundWrite
 from distrib.checkpoint.discovery import older_siblings
+from distrib.checkpoint.errors import CheckpointRestoreError
 from distrib.checkpoint.format import UnsafeFileError, copy_state
 from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.load_status import CheckpointLoadStatus
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.checkpoint.options import CheckpointOptions
+from distrib.checkpoint.retry import with_retries
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
@@ -78,10 +78,6 @@ _SAVE_COUNTER = "save_counter"
 
 class CheckpointSaveError(DistribError, RuntimeError):
     """Writing a checkpoint failed on at least one worker (raised on every worker)."""
-
-
-class CheckpointRestoreError(DistribError, RuntimeError):
-    """A checkpoint's saved value could not be applied to a tracked object."""
 
 
 def _check_trackable(name: str, obj: Any) -> None:
@@ -264,18 +260,22 @@ class Checkpoint:
 
     def restore_for(self, role: Optional[CheckpointRole], save_path: str) -> CheckpointLoadStatus:
         """`restore` under ``role``, resolved by the caller's entry (`CheckpointManager.restore_or_initialize`)."""
-        path = str(save_path).rstrip("/")
-        try:
-            return self._read(role, path)
-        except _UNUSABLE as exc:
-            first_error = exc
-            _skip(path, exc)
-        for older in older_siblings(path):
+        path, first_error = str(save_path).rstrip("/"), None
+        for candidate in _and_older(path):
             try:
-                return self._read(role, older)
+                return self._read_retried(role, candidate)
             except _UNUSABLE as exc:
-                _skip(older, exc)
+                first_error = first_error or exc
+                _skip(candidate, exc)
         raise first_error
+
+    def _read_retried(self, role: Optional[CheckpointRole], path: str) -> CheckpointLoadStatus:
+        """`_read` tried again from the start after a passing storage error (`distrib.checkpoint.retry`)."""
+        try:
+            return with_retries(lambda: self._read(role, path), f"reading checkpoint {path}")
+        except OSError as exc:  # a FileNotFoundError too: a file of it vanished while it was read
+            raise CheckpointRestoreError(f"{path}: could not be read ({first_line(exc, limit=300)}); the objects "
+                                         f"hold part of it unless an older checkpoint restores") from exc
 
     def read(self, save_path: str) -> CheckpointLoadStatus:
         """Restore from exactly ``save_path`` (written by `write` or `save`); returns the status.
@@ -330,11 +330,17 @@ class _Write:
 
     def __call__(self) -> None:
         try:
+            with_retries(self._write_once, f"{self.role.who} writing checkpoint {self.path}")
+        finally:
+            self._state = None  # a background copy is freed as soon as it is written
+
+    def _write_once(self) -> None:
+        self._target = None
+        try:
             self._target = storage.write_path_for(self.path, self.role)
             with storage.AtomicDirectory(self._target, self._meta) as d:
                 d.write_state(STATE_FILE, self._state)
         finally:
-            self._state = None  # a background copy is freed as soon as it is written
             if self._target is not None:
                 storage.remove_write_path(self.path, self._target)
 
@@ -380,6 +386,11 @@ def _restore_one(name: str, obj: Any, value: Any, where: str, role: Optional[Che
 
 
 _UNUSABLE = (storage.CorruptCheckpointError, UnsafeFileError, CheckpointRestoreError)
+
+
+def _and_older(path: str) -> Any:
+    yield path
+    yield from older_siblings(path)  # listed only if ``path`` does not restore
 
 
 def _skip(path: str, exc: BaseException) -> None:

@@ -28,6 +28,7 @@ from typing import List, Optional, Tuple
 from distrib.checkpoint import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
 from distrib.checkpoint.errors import UnsafeFileError
+from distrib.checkpoint.retry import with_retries
 from distrib.checkpoint.state_file import StateFile
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 
@@ -54,7 +55,7 @@ def first_valid(paths: List[str]) -> Optional[str]:
     """The first path in ``paths`` that verifies and parses; each damaged one before it is warned about."""
     for path in paths:
         try:
-            check_payload(path)
+            with_retries(lambda: check_payload(path), f"checking checkpoint {path}")
             return path
         except (CorruptCheckpointError, ValueError, OSError) as exc:
             warnings.warn(f"skipping damaged checkpoint: {exc}", CheckpointWarning, stacklevel=3)
@@ -64,8 +65,14 @@ def first_valid(paths: List[str]) -> Optional[str]:
 def check_payload(path: str) -> None:
     """Verify every file's checksum and parse every state file (a forged one can carry good checksums).
 
+    A checkpoint deleted or replaced while it is checked (another process's
+    ``max_to_keep`` rotation) fails: its open files still read to the end, so
+    each is proven to still be at its path, and the manifest to be unchanged,
+    after it was checked.
+
     Raises:
-        CorruptCheckpointError: the checkpoint is incomplete or a file does not match.
+        CorruptCheckpointError: the checkpoint is incomplete, a file does not
+            match, or it was deleted or replaced while it was checked.
         UnsafeFileError: a state file is not a well-formed distrib state.
     """
     manifest = storage.read_manifest(path)
@@ -77,6 +84,14 @@ def check_payload(path: str) -> None:
                 if not isinstance(planned, dict):  # every state distrib saves in a checkpoint is a dict
                     raise UnsafeFileError(f"{checked.where}: not a Checkpoint or model state (it holds a "
                                           f"{type(planned).__name__})")
+            if not checked.still_there():
+                raise CorruptCheckpointError(f"{path}: deleted or replaced while it was checked")
+    try:
+        again = storage.read_manifest(path)
+    except CorruptCheckpointError:
+        again = None
+    if again != manifest:
+        raise CorruptCheckpointError(f"{path}: deleted or replaced while it was checked")
 
 
 def older_siblings(path: str) -> List[str]:

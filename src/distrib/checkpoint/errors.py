@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from distrib.errors import DistribError
 
-__all__ = ["CorruptCheckpointError", "CheckpointNotFoundError", "CheckpointWarning", "UnsafeFileError"]
+__all__ = ["CorruptCheckpointError", "CheckpointNotFoundError", "CheckpointRestoreError", "CheckpointWarning",
+           "UnsafeFileError"]
 
 
 class CorruptCheckpointError(DistribError, RuntimeError):
@@ -32,3 +33,8 @@ class CheckpointWarning(UserWarning):
 
 class UnsafeFileError(DistribError, ValueError):
     """A file that is not a safetensors state file (e.g. a pickle) was given to load."""
+
+
+class CheckpointRestoreError(DistribError, RuntimeError):
+    """A checkpoint's saved value could not be applied to a tracked object (`distrib.checkpoint.checkpoint`
+    re-exports it): the value does not fit, or its declared dtype or shape disagrees with the object's."""

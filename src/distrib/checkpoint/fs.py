@@ -20,12 +20,43 @@ from fsspec import AbstractFileSystem
 
 from distrib.errors import DistribError
 
-__all__ = ["check_backend", "StorageBackendError", "join", "exists", "remove", "list_names", "atomic_write_bytes", "url_to_fs", "is_local", "sha256",
+__all__ = ["check_backend", "StorageBackendError", "check_writable", "CheckpointDirectoryError", "join", "exists", "remove", "list_names", "atomic_write_bytes", "url_to_fs", "is_local", "sha256",
            "fsync_dir", "write_local"]
 
 
 class StorageBackendError(DistribError, ImportError):
     """The path's fsspec protocol needs a package that is not installed (or is unknown)."""
+
+
+class CheckpointDirectoryError(DistribError, OSError):
+    """A directory checkpoints must be written to cannot be written (read-only, full, no permission)."""
+
+
+def check_writable(path: str, who: str) -> None:
+    """Fail now, in one line, unless a file can be created in directory ``path`` (made if missing).
+
+    Writes and removes a hidden probe file (``.distrib-write-check-<id>``, which
+    no checkpoint listing reads), so a read-only or full filesystem is named
+    before training starts, not at the first save an epoch later.
+
+    Raises:
+        CheckpointDirectoryError: naming ``who``, the directory and the system's reason.
+    """
+    fs, p = url_to_fs(path)
+    probe = f"{p.rstrip('/')}/.distrib-write-check-{uuid.uuid4().hex[:12]}"
+    try:
+        fs.makedirs(p, exist_ok=True)
+        if is_local(fs):
+            write_local(probe, b"\0")
+            os.remove(probe)
+        else:
+            fs.pipe_file(probe, b"\0")
+            fs.rm(probe)
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise CheckpointDirectoryError(
+            f"{who}: cannot write checkpoints to {str(path)!r} ({reason}); nothing was trained: make it "
+            f"writable (a read-only mount? a full disk?) or choose another directory") from None
 
 
 def check_backend(path: str, who: str) -> None:

@@ -3,8 +3,11 @@
 Reading a state whole and then calling ``load_state_dict`` holds the model
 twice (three times with the copy kept to undo a failed restore). Instead:
 
-1. the file is checked (`StateFile.verify`: its sha256 through three 8 MiB buffers)
-   and its skeleton decoded with references, not data (`StateFile.plan`);
+1. its header and skeleton are decoded with references, not data (`StateFile.plan`),
+   and every tensor's *declared* dtype and shape is checked against the live tensor it
+   restores (`check_declared`: a 6 GiB claim or a relabelled dtype is refused before a
+   byte of it is hashed or allocated); then the file is checked (`StateFile.verify`:
+   its sha256 through three 8 MiB buffers);
 2. every saved tensor that an object will copy in verbatim -- a module's
    parameters and buffers, an optimizer's state, a tracked tensor (see
    `verbatim_tensors`) -- of the same shape and dtype is *matched* with the
@@ -35,12 +38,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple
 
 import torch
 
-from distrib.checkpoint.errors import CorruptCheckpointError
+from distrib.checkpoint.errors import CheckpointRestoreError, CorruptCheckpointError, UnsafeFileError
 from distrib.checkpoint.format import decode_state
 from distrib.checkpoint.state_file import StateFile, TensorRef
 from distrib.checkpoint.trackable import RestoresVerbatim
 
-__all__ = ["verbatim_tensors", "match_targets", "restore_in_place"]
+__all__ = ["verbatim_tensors", "match_targets", "check_declared", "restore_in_place", "EXACT_CASTS",
+           "NEW_TENSOR_BUDGET"]
 
 _Key = Tuple[int, Tuple[int, ...], Tuple[int, ...], torch.dtype, str]
 
@@ -110,6 +114,105 @@ def match_targets(planned: Any, live: Any, verbatim: Iterable[torch.Tensor]) -> 
     return found
 
 
+#: Saved dtype -> live dtypes it restores into by an exact cast (every value representable). Any other
+#: disagreement skips the checkpoint: a restore never reinterprets or rounds a saved value.
+EXACT_CASTS: Dict[torch.dtype, Tuple[torch.dtype, ...]] = {
+    torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
+    torch.float32: (torch.float64,), torch.int8: (torch.int16, torch.int32, torch.int64, torch.float32, torch.float64),
+    torch.uint8: (torch.int16, torch.int32, torch.int64, torch.float32, torch.float64),
+    torch.int16: (torch.int32, torch.int64, torch.float32, torch.float64), torch.int32: (torch.int64, torch.float64),
+}
+#: The saved tensors read into new memory (those no live tensor takes in place) may hold at most this many
+#: times the bytes of the tracked objects' own tensors (an Adam state is twice its parameters), or 256 MiB.
+NEW_TENSOR_BUDGET = (4, 256 * 2 ** 20)
+
+
+def _fits(saved: torch.dtype, live: torch.dtype) -> bool:
+    return saved == live or live in EXACT_CASTS.get(saved, ())
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def check_declared(planned: Any, live: Any, verbatim: Iterable[torch.Tensor], where: str) -> None:
+    """Refuse a state whose tensors, as its header declares them, do not fit the live ones; reads no data.
+
+    Walks ``planned`` (`StateFile.plan`'s references) beside ``live``: a saved
+    tensor restored verbatim (a parameter, buffer, optimizer state, tracked
+    tensor or `Variable`) must declare the live tensor's shape, and every saved
+    tensor with a live tensor at its place its dtype or one that casts to it
+    exactly (`EXACT_CASTS`). The tensors no live tensor takes in place, read
+    into new memory, must stay within `NEW_TENSOR_BUDGET`.
+
+    Raises:
+        CheckpointRestoreError: naming the tensor, what the file declares and what the object holds.
+
+    Example (a weight whose header claims 6 GiB; nothing is allocated):
+        >>> check_declared(plan, {"model": model.state_dict()}, verbatim_tensors(model), "/ckpts/ckpt-2")
+        CheckpointRestoreError: /ckpts/ckpt-2: tensor 'state/model/0.weight' is declared (40000, 40000) float32 (6.0 GiB); the tracked 'model/0.weight' is (4, 3) float32
+    """
+    keys = {_key(t.detach()) for t in verbatim if not _lazy(t)}
+    seen: Dict[int, int] = {}
+    fresh: List[TensorRef] = []
+
+    def refuse(saved: TensorRef, path: str, current: torch.Tensor) -> CheckpointRestoreError:
+        return CheckpointRestoreError(
+            f"{where}: tensor {saved.name[:120]!r} is declared {tuple(saved.shape)} {_dt(saved.dtype)} "
+            f"({_size(saved.entry.nbytes)}); the tracked {path[:120]!r} is {tuple(current.shape)} "
+            f"{_dt(current.dtype)}")
+
+    def walk(saved: Any, current: Any, path: str) -> None:
+        if isinstance(current, torch.Tensor) and not _lazy(current):
+            seen.setdefault(current.data_ptr() or id(current), _nbytes(current))
+        if isinstance(saved, TensorRef):
+            if not isinstance(current, torch.Tensor) or _lazy(current) or saved.as_numpy:
+                fresh.append(saved)
+                return
+            in_place = _key(current.detach()) in keys
+            if not _fits(saved.dtype, current.dtype) or (in_place and tuple(current.shape) != saved.shape):
+                raise refuse(saved, path, current)
+            if not (in_place and saved.dtype == current.dtype):
+                fresh.append(saved)
+        elif isinstance(saved, Mapping):
+            for k, v in saved.items():
+                walk(v, current.get(k) if isinstance(current, Mapping) else None, f"{path}/{k}")
+        elif isinstance(saved, (list, tuple)):
+            items = list(current) if isinstance(current, (list, tuple)) else []
+            for i, s in enumerate(saved):
+                walk(s, items[i] if i < len(items) else None, f"{path}/{i}")
+
+    for name, value in planned.items():
+        walk(value, live.get(name), name)
+    for t in verbatim:
+        if not _lazy(t):
+            seen.setdefault(t.data_ptr() or id(t), _nbytes(t))
+    need = sum(ref.entry.nbytes for ref in {ref.name: ref for ref in fresh}.values())
+    factor, floor = NEW_TENSOR_BUDGET
+    allowed = max(factor * sum(seen.values()), floor)
+    if need > allowed:
+        largest = max(fresh, key=lambda ref: ref.entry.nbytes)
+        raise CheckpointRestoreError(
+            f"{where}: its tensors that no tracked tensor takes in place need {_size(need)} "
+            f"(the largest, {largest.name[:120]!r}, is declared {tuple(largest.shape)} {_dt(largest.dtype)}), "
+            f"more than {factor}x the tracked objects' {_size(sum(seen.values()))}")
+
+
+def _lazy(tensor: torch.Tensor) -> bool:
+    return isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin)
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def restore_in_place(state_file: StateFile, live: Dict[str, Any], verbatim: Callable[[], List[torch.Tensor]],
                      apply: Callable[[Any], Any]) -> Tuple[Any, Any]:
     """Run the restore the module docstring describes; returns ``(the saved state's plan, apply's result)``.
@@ -124,13 +227,21 @@ def restore_in_place(state_file: StateFile, live: Dict[str, Any], verbatim: Call
 
     Raises:
         CorruptCheckpointError, UnsafeFileError: the file is damaged or forged (nothing changed).
+        CheckpointRestoreError: a tensor's declared dtype or shape does not fit (`check_declared`;
+            nothing read, nothing changed).
         Whatever ``apply`` raises (every object is put back first).
     """
-    state_file.verify()
-    planned = state_file.plan()
+    try:
+        planned = state_file.plan()
+    except UnsafeFileError:
+        state_file.verify()  # damage is named as damage, not as a malformed file
+        raise
     if not isinstance(planned, dict):
+        state_file.verify()
         return planned, None
     restored = {k: v for k, v in planned.items() if k in live}  # what no object takes is never read
+    check_declared(restored, live, verbatim(), state_file.where)
+    state_file.verify()
     targets = match_targets(restored, live, verbatim())
     needed = {leaf.name for leaf in _leaves(restored) if isinstance(leaf, TensorRef)}
     others = state_file.read(sorted(needed - set(targets)))

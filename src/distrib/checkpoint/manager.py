@@ -62,6 +62,7 @@ from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.format import freeze_state, loads_state
 from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.retry import best_effort
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
@@ -267,7 +268,8 @@ class CheckpointManager:
         role = resolve_role(self._strategy, "CheckpointManager.save")
         self._sync(role)  # at most one save in flight
         if role.is_chief:
-            storage.remove_stale_temporaries(self._directory, self._name)
+            best_effort(lambda: storage.remove_stale_temporaries(self._directory, self._name),
+                        f"sweeping stale temporaries in {self._directory}")
         self._checkpoint.save_counter.assign_add(1)
         number = int(self._checkpoint.save_counter) if checkpoint_number is None else int(checkpoint_number)
         path = self._checkpoint.write_for(role, storage.join(self._directory, f"{self._name}-{number}"),
@@ -303,11 +305,11 @@ class CheckpointManager:
 
     def _published(self, role: CheckpointRole, path: str) -> None:
         """Record ``path`` as the latest, delete beyond ``max_to_keep``; every worker gets the chief's list."""
-        if role.is_chief:
+        if role.is_chief:  # storage errors here are warnings (best_effort): the listing is the truth
             self._record(path)
-            self._write_index()  # the new latest first, so an interruption while sweeping still sees it
-            self._sweep()
-            self._write_index()
+            best_effort(self._write_index, f"writing {self._directory}'s index")  # the new latest first
+            best_effort(self._sweep, f"deleting old checkpoints in {self._directory}")
+            best_effort(self._write_index, f"writing {self._directory}'s index")
         if role.multi_replica:
             shared = role.collective.broadcast_json({"latest": self._latest, "checkpoints": self._checkpoints})
             self._latest, self._checkpoints = shared["latest"], list(shared["checkpoints"])

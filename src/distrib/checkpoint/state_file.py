@@ -36,7 +36,7 @@ import torch
 
 from distrib.checkpoint.errors import CorruptCheckpointError, UnsafeFileError
 from distrib.checkpoint.format import decode_state, read_tensors
-from distrib.checkpoint.fs import join
+from distrib.checkpoint.fs import is_local, join, url_to_fs
 from distrib.checkpoint.hash_pipe import HashPipe
 from distrib.checkpoint.manifest import check_file_name, open_checked
 from distrib.checkpoint.safetensors_io import CHUNK_BYTES, Header, TensorEntry, read_header
@@ -122,6 +122,23 @@ class StateFile:
         return self._handle
 
     # ------------------------------------------------------------ checks
+    def still_there(self) -> bool:
+        """Whether the checkpoint's path still names the file this handle reads (not deleted or replaced).
+
+        A file deleted (or renamed away) while it is open still reads to the
+        end: a check that verified it proves nothing about the path. Local
+        files compare their device and inode; others ask the filesystem.
+        """
+        fs, root = url_to_fs(self.path)
+        target = os.path.join(root.rstrip("/"), self.name)
+        try:
+            if is_local(fs):
+                now, held = os.stat(target), os.fstat(self._file.fileno())
+                return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+            return bool(fs.exists(target))
+        except OSError:
+            return False
+
     def verify(self) -> None:
         """Hash the whole file through a few fixed buffers and compare with the manifest.
 

@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -92,6 +92,10 @@ class Variable:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.assign(state["value"])
+
+    def tensors_restored_verbatim(self) -> List[torch.Tensor]:
+        """The value tensor: a restore reads the saved value straight into it (same dtype and shape)."""
+        return [self._value]
 
     # ------------------------------------------------------- conversions
     def __int__(self) -> int:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from distrib.cluster.errors import (
     TASK_TYPES, ClusterConfigError, did_you_mean, kind_of, quoted_list, show)
@@ -170,8 +170,14 @@ def _warn_alone(what: str, evaluator: bool = False) -> None:
     fix = ("add the training tasks to TF_CONFIG['cluster'] (e.g. \"worker\": [\"host:port\", ...])"
            if evaluator else
            'unset TF_CONFIG for a single-process run, or give the whole cluster: ' + _SHAPE)
-    warnings.warn(f"{what}: this process runs as a single process, not part of a cluster; {fix}",
-                  EmptyTFConfigWarning, stacklevel=3)
+    # One line, as distrib's other messages: a plain warnings.warn also prints the source line that
+    # warned (a line of distrib, of no use to the user). Line 0 of "distrib" has no source to echo.
+    warnings.warn_explicit(f"{what}: this process runs as a single process, not part of a cluster; {fix}",
+                           EmptyTFConfigWarning, "distrib", 0, module="distrib", registry=_ONCE)
+
+
+#: The warnings registry of `_warn_alone` (each distinct text is shown once per process under the default filter).
+_ONCE: Dict[Any, Any] = {}
 
 
 def _check_keys(mapping: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:

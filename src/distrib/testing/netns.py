@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from distrib import hooks
 from distrib.errors import DistribError
@@ -94,10 +94,13 @@ class NamespaceHosts:
         ipv6: also give host ``i`` the address ``fd13:213:<net>::<i+1>/64``.
         wire: join the hosts with the user-space hub instead of a bridge.
         delay_ms, loss_percent: what the hub adds to every frame (``wire=True`` only).
+        partition: ``(host, port, file)``: once ``file`` exists, the hub drops every TCP frame
+            ``host`` sends except to ``port`` (``wire=True`` only; see `distrib.testing.wire`).
     """
 
     def __init__(self, n: int, *, ipv6: bool = False, wire: bool = False,
-                 delay_ms: float = 0.0, loss_percent: float = 0.0) -> None:
+                 delay_ms: float = 0.0, loss_percent: float = 0.0,
+                 partition: Optional[Tuple[int, int, str]] = None) -> None:
         if not 1 <= n <= 200:
             raise ValueError(f"NamespaceHosts: n must be in 1..200, got {n}")
         self.n = n
@@ -109,6 +112,7 @@ class NamespaceHosts:
         self._ipv6 = ipv6
         self._wire = wire
         self._hub: Optional[subprocess.Popen] = None
+        self._partition = partition
         self._closed = False
         self._lock = threading.Lock()
         with _live_lock:
@@ -158,7 +162,8 @@ class NamespaceHosts:
             taps.append(f"{name}:{tap}")
         self._hub = subprocess.Popen(
             [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py"), "--delay-ms", str(delay_ms),
-             "--loss-percent", str(loss_percent), *taps],
+             "--loss-percent", str(loss_percent),
+             *(["--partition", ":".join(map(str, self._partition))] if self._partition else []), *taps],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self._hub.stdout is not None
         line = self._hub.stdout.readline()  # the hub prints "ready" or exits with an error

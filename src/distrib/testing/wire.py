@@ -8,6 +8,10 @@ acts as a hub: every frame a host sends reaches every other host after
 ``delay_ms``, or is dropped with probability ``loss_percent`` / 100. Like
 netem on every host's egress, the round trip is twice the delay.
 
+With ``--partition HOST:PORT:FILE``, once FILE exists every IPv4 TCP frame
+host HOST sends is dropped unless it goes to port PORT: a one-way partition
+where that host still reaches one service (the job's store) but nothing else.
+
 Run by `distrib.testing.netns.NamespaceHosts` (``wire=True``); prints
 ``ready`` once every TAP is open, and runs until killed.
 
@@ -61,9 +65,20 @@ def open_tap(namespace: str, tap: str) -> int:
     return fd
 
 
-def run_hub(fds: Sequence[int], delay_s: float, loss: float, seed: int = 0) -> None:
+def _tcp_port(frame: bytes) -> int:
+    """The TCP destination port of an Ethernet IPv4 frame; -1 for anything else (ARP, UDP, IPv6)."""
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:
+        return -1
+    start = 14 + (frame[14] & 0x0F) * 4
+    return int.from_bytes(frame[start + 2:start + 4], "big") if len(frame) >= start + 4 else -1
+
+
+def run_hub(fds: Sequence[int], delay_s: float, loss: float, seed: int = 0,
+            partition: Tuple[int, int, str] = (-1, 0, "")) -> None:
     """Forward frames between ``fds`` forever (see the module docstring)."""
     rng = random.Random(seed)
+    cut_fd = fds[partition[0]] if partition[0] >= 0 else -1
+    cut, checked = False, 0.0
     pending: List[Tuple[float, int, int, bytes]] = []  # (due, order, destination, frame)
     order = 0
     poller = select.poll()
@@ -86,6 +101,10 @@ def run_hub(fds: Sequence[int], delay_s: float, loss: float, seed: int = 0) -> N
                     break
                 except OSError:
                     break
+                if fd == cut_fd and not cut and time.monotonic() - checked > 0.05:
+                    checked, cut = time.monotonic(), os.path.exists(partition[2])
+                if cut and fd == cut_fd and _tcp_port(frame) not in (-1, partition[1]):
+                    continue  # partitioned: only the kept port gets through
                 due = time.monotonic() + delay_s
                 for dest in fds:
                     if dest != fd and not (loss and rng.random() < loss):
@@ -103,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="user-space hub between namespace TAPs")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--loss-percent", type=float, default=0.0)
+    parser.add_argument("--partition", default="", metavar="HOST:PORT:FILE")
     parser.add_argument("taps", nargs="+", metavar="NAMESPACE:TAP")
     ns = parser.parse_args(argv)
     fds: Dict[str, int] = {}
@@ -110,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         namespace, _, tap = item.partition(":")
         fds[item] = open_tap(namespace, tap)
     print("ready", flush=True)
-    run_hub(list(fds.values()), ns.delay_ms / 1000.0, ns.loss_percent / 100.0)
+    host, port, trigger = ns.partition.split(":", 2) if ns.partition else ("-1", "0", "")
+    run_hub(list(fds.values()), ns.delay_ms / 1000.0, ns.loss_percent / 100.0,
+            partition=(int(host), int(port), trigger))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from distrib.checkpoint import storage
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
 from distrib.checkpoint.format import copy_state, load_state
 from distrib.checkpoint.fs import url_to_fs
+from distrib.checkpoint.inplace_restore import EXACT_CASTS
+from distrib.checkpoint.state_file import StateFile, TensorRef
 from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.training.errors import WeightsMismatchError
 
@@ -116,8 +118,11 @@ def load_weights(model: Any, filepath: Union[str, Any]) -> None:
             "load_weights(None): no checkpoint given (latest_checkpoint(dir) found none?); check the directory "
             "that ModelCheckpoint / save_weights wrote")
     filepath = str(filepath).rstrip("/")
-    state = read_weights(filepath)
     from distrib.training.saving.keras_io import assign_keras_weights, is_keras_model, is_keras_state
+
+    if not is_keras_model(model.module):
+        _check_declared_weights(model.module, filepath)  # before a byte of a tensor is read
+    state = read_weights(filepath)
 
     if is_keras_model(model.module) and is_keras_state(state):
         assign_keras_weights(model.module, state, f"load_weights({filepath})")
@@ -125,3 +130,22 @@ def load_weights(model: Any, filepath: Union[str, Any]) -> None:
     check_weights(model.module, state, filepath)
     with torch.no_grad():
         model.module.load_state_dict(state, strict=True)
+
+
+def _check_declared_weights(module: torch.nn.Module, filepath: str) -> None:
+    """`check_weights` on what a `save_weights` directory's header declares (shapes, and dtypes that
+    `EXACT_CASTS` does not turn exactly into the module's): no tensor is read or allocated first."""
+    fs, path = url_to_fs(filepath)
+    if not fs.isdir(path):
+        return  # a plain .safetensors file: checked once read
+    with StateFile(filepath, WEIGHTS_NAME, storage.read_manifest(filepath)) as state_file:
+        planned = state_file.plan()
+    if not isinstance(planned, dict) or not all(isinstance(v, TensorRef) for v in planned.values()):
+        return  # not weights: read_weights names it
+    check_weights(module, planned, filepath)
+    for key, live in module.state_dict().items():
+        saved = planned[key].dtype
+        if saved != live.dtype and live.dtype not in EXACT_CASTS.get(saved, ()):
+            raise WeightsMismatchError(f"load_weights({filepath}): the weights do not fit {type(module).__name__}: "
+                                       f"dtype mismatch {key} (file {saved}, model {live.dtype}); a dtype is "
+                                       "never reinterpreted")
