@@ -18,6 +18,7 @@ from distrib.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus
 from distrib.checkpoint.discovery import latest_checkpoint
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
+from distrib.checkpoint.reader import CheckpointReader, load_checkpoint
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
 from distrib.utils.public_names import public_dir
@@ -27,10 +28,12 @@ __all__ = [
     "CheckpointLoadStatus",
     "CheckpointManager",
     "CheckpointOptions",
+    "CheckpointReader",
     "PreemptionCheckpointHandler",
     "TerminationConfig",
     "Variable",
     "latest_checkpoint",
+    "load_checkpoint",
 ]
 
 
