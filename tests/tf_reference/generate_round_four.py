@@ -98,9 +98,21 @@ def callback_hooks(tf):
     return {"names": names, "fit": fit_calls, "evaluate": eval_calls, "predict": list(calls)}
 
 
+def training_checkpoints():
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, str(HERE / "guide_training_checkpoints_tf.py")], capture_output=True,
+                              text=True, timeout=900, cwd=tmp, check=True)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
 def main():
     tf = _tf()
-    record = {"tensorflow": tf.__version__, "batch_rule": batch_rule(tf), "callback_hooks": callback_hooks(tf)}
+    record = {"tensorflow": tf.__version__, "batch_rule": batch_rule(tf), "callback_hooks": callback_hooks(tf),
+              "training_checkpoints": training_checkpoints()}
     OUT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
 
