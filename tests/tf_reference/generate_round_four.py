@@ -109,10 +109,24 @@ def training_checkpoints():
     return json.loads(line[len("RESULT "):])
 
 
+def custom_callbacks():
+    import subprocess
+    import tempfile
+
+    from generate_tutorials import mnist_subset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = mnist_subset(Path(tmp) / "mnist.npz", 1280, 1000)
+        proc = subprocess.run([sys.executable, str(HERE / "guide_custom_callbacks_tf.py"), data],
+                              capture_output=True, text=True, timeout=900, cwd=tmp, check=True)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
 def main():
     tf = _tf()
     record = {"tensorflow": tf.__version__, "batch_rule": batch_rule(tf), "callback_hooks": callback_hooks(tf),
-              "training_checkpoints": training_checkpoints()}
+              "training_checkpoints": training_checkpoints(), "custom_callbacks": custom_callbacks()}
     OUT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
 
