@@ -44,18 +44,20 @@ class ServingPool(Executor):
             if self._closed:
                 raise RuntimeError(f"{self._name}: the server has stopped")
             self._queue.put((future, fn, args, kwargs))
-            if self._idle == 0 and len(self._threads) < self._max:
+            if self._queue.qsize() > self._idle and len(self._threads) < self._max:  # no thread free for it
                 thread = threading.Thread(target=self._work, daemon=True,
                                           name=f"{self._name}_{len(self._threads)}")
                 self._threads.append(thread)
                 thread.start()
-            else:
-                self._idle -= 1 if self._idle else 0
         return future
 
     def _work(self) -> None:
         while True:
+            with self._lock:
+                self._idle += 1
             item = self._queue.get()
+            with self._lock:
+                self._idle -= 1
             if item is None:
                 return
             future, fn, args, kwargs = item
@@ -64,8 +66,6 @@ class ServingPool(Executor):
                     future.set_result(fn(*args, **kwargs))
                 except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                     future.set_exception(exc)
-            with self._lock:
-                self._idle += 1
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
