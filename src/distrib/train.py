@@ -18,6 +18,7 @@ from distrib.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus
 from distrib.checkpoint.discovery import latest_checkpoint
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
+from distrib.checkpoint.reader import CheckpointReader, load_checkpoint
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.variable import Variable
 from distrib.io.example_proto import (BytesList, Example, Feature, FeatureList, FeatureLists, Features, FloatList,
@@ -30,6 +31,7 @@ __all__ = [
     "CheckpointLoadStatus",
     "CheckpointManager",
     "CheckpointOptions",
+    "CheckpointReader",
     "Example",
     "Feature",
     "FeatureList",
@@ -42,6 +44,7 @@ __all__ = [
     "TerminationConfig",
     "Variable",
     "latest_checkpoint",
+    "load_checkpoint",
 ]
 
 

@@ -160,3 +160,64 @@ def test_reads_a_checkpoint_of_a_whole_distrib_model(tmp_path):
     assert entry["metrics"] == pytest.approx({k: float(v) for k, v in expected.items()})
     assert all(torch.equal(a, b) for a, b in zip(evaluator.model.module.state_dict().values(),
                                                   trained.module.state_dict().values()))
+
+
+# ---- what ModelCheckpoint and BackupAndRestore write (issue 49) -------------------------------------
+def _fit_with(callbacks, epochs=2):
+    trained = _model()
+    trained.compile(optimizer=distrib.optimizers.SGD(0.5),
+                    loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    trained.fit(X, Y, batch_size=8, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
+    return trained
+
+
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_evaluates_model_checkpoint_directories_as_tf_pairs_them(tmp_path, weights_only):
+    ckpt_dir = tmp_path / "ckpt"
+    trained = _fit_with([distrib.callbacks.ModelCheckpoint(str(ckpt_dir) + "/ckpt-{epoch}",
+                                                           save_weights_only=weights_only)])
+    evaluator = distrib.SidecarEvaluator(_model(), _data(), checkpoint_dir=str(ckpt_dir), max_evaluations=2,
+                                         log_dir=str(tmp_path / "logs"), poll_interval=0.01)
+    entries = evaluator.start()  # the guide's arguments: ends at ckpt-2, no timeout needed
+    assert _names(entries) == ["ckpt-1", "ckpt-2"]
+    expected = trained.evaluate(_data(), verbose=0, return_dict=True)
+    assert entries[-1]["metrics"] == pytest.approx({k: float(v) for k, v in expected.items()})
+
+
+def test_evaluates_a_backup_and_restore_directory(tmp_path):
+    class Interrupt(distrib.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt  # the job dies after its second backup: the backups stay
+
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(KeyboardInterrupt):
+        _fit_with([distrib.callbacks.BackupAndRestore(str(backup_dir)), Interrupt()], epochs=3)
+    entries = _evaluator(backup_dir, tmp_path / "logs").start()
+    assert entries and all(e["checkpoint"].startswith("backup-") for e in entries)
+
+
+def test_what_it_cannot_use_is_named_in_one_line_once(tmp_path, capsys):
+    ckpt_dir = tmp_path / "ckpt"
+    Trainer(ckpt_dir).save()
+    (ckpt_dir / "ckpt-2.index").write_bytes(b"TF's own format")
+    (ckpt_dir / "notes").mkdir()
+    evaluator = _evaluator(ckpt_dir, tmp_path / "logs", timeout=0.2)
+    assert _names(evaluator.start()) == ["ckpt-1"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "cannot use" in line]
+    assert len(lines) == 1, lines
+    assert "ckpt-2.index, notes" in lines[0] and str(ckpt_dir) in lines[0]
+
+
+def test_a_complete_checkpoint_without_weights_is_named_and_skipped(tmp_path, capsys):
+    from distrib.checkpoint import storage
+
+    ckpt_dir = tmp_path / "ckpt"
+    Trainer(ckpt_dir).save()
+    with storage.AtomicDirectory(str(ckpt_dir / "ckpt-5"), {}) as d:  # complete, verified, no model in it
+        d.write_state("other.safetensors", {"x": torch.zeros(1)})
+    entries = _evaluator(ckpt_dir, tmp_path / "logs", timeout=0.2).start()
+    out = capsys.readouterr().out
+    assert "cannot use ckpt-5: it holds MANIFEST" not in out and "cannot use ckpt-5: it holds" in out
+    assert _names(entries) == ["ckpt-1"]
+    assert "not a distrib checkpoint named" not in out  # the manager's own files are no unusable entries

@@ -1,8 +1,9 @@
 """`Callback`: the Keras hook names, called by `Model.fit`, `evaluate` and `predict`.
 
 `fit` calls, in order: ``set_model``, ``set_params``, ``on_train_begin``; per
-epoch ``on_epoch_begin``, per step ``on_train_batch_begin``/``on_train_batch_end``,
-validation's ``on_test_*`` hooks, then ``on_epoch_end`` with the epoch's logs;
+epoch ``on_epoch_begin``, per step ``on_train_batch_begin``/``on_train_batch_end``
+(whose base versions call Keras 2's ``on_batch_begin``/``on_batch_end``, as
+Keras 3's do), validation's ``on_test_*`` hooks, then ``on_epoch_end`` with the epoch's logs;
 finally ``on_train_end``. Every worker runs every callback (some, like
 `BackupAndRestore`, take part in collectives); callbacks that print or write
 files check ``self.model.distribute_strategy.is_chief`` themselves.
@@ -42,8 +43,18 @@ class Callback:
     def on_train_end(self, logs: Logs = None) -> None: ...
     def on_epoch_begin(self, epoch: int, logs: Logs = None) -> None: ...
     def on_epoch_end(self, epoch: int, logs: Logs = None) -> None: ...
-    def on_train_batch_begin(self, batch: int, logs: Logs = None) -> None: ...
-    def on_train_batch_end(self, batch: int, logs: Logs = None) -> None: ...
+    def on_batch_begin(self, batch: int, logs: Logs = None) -> None:
+        """Keras 2's name for `on_train_batch_begin`, which calls it unless overridden (as Keras 3 does)."""
+
+    def on_batch_end(self, batch: int, logs: Logs = None) -> None:
+        """Keras 2's name for `on_train_batch_end`, which calls it unless overridden (as Keras 3 does)."""
+
+    def on_train_batch_begin(self, batch: int, logs: Logs = None) -> None:
+        self.on_batch_begin(batch, logs=logs)
+
+    def on_train_batch_end(self, batch: int, logs: Logs = None) -> None:
+        self.on_batch_end(batch, logs=logs)
+
     def on_test_begin(self, logs: Logs = None) -> None: ...
     def on_test_end(self, logs: Logs = None) -> None: ...
     def on_test_batch_begin(self, batch: int, logs: Logs = None) -> None: ...

@@ -30,7 +30,7 @@ from distrib.errors import DistribError
 from distrib.strategies import context
 from distrib.strategies.checkpoint_role import CheckpointRole
 
-__all__ = ["chief_decides", "job_role", "AgreementError"]
+__all__ = ["chief_decides", "chiefs_path", "job_role", "AgreementError"]
 
 
 class AgreementError(DistribError, RuntimeError):
@@ -78,6 +78,16 @@ def chief_decides(role: Optional[CheckpointRole], what: str, compute: Callable[[
     if "error" in decision:
         raise AgreementError(decision["error"])
     return decision["value"]
+
+
+def chiefs_path(role: Optional[CheckpointRole], path: Optional[str], what: str) -> Optional[str]:
+    """The path the chief wrote, returned by a save on every worker (collective like the save itself).
+
+    Local replicas are processes: a directory each computed for itself
+    (``tempfile.mkdtemp()``) differs between them, and only the chief's holds
+    the checkpoint, so every replica gets that one (which every replica can restore).
+    """
+    return chief_decides(role, f"the path {what} wrote", lambda: path)
 
 
 def _category(name: str) -> type:

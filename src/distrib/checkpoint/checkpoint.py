@@ -54,6 +54,7 @@ import torch
 
 from distrib.errors import DistribError, first_line
 from distrib.checkpoint import storage
+from distrib.checkpoint.agreement import chiefs_path
 from distrib.checkpoint.background import BackgroundWrite
 from distrib.checkpoint.discovery import older_siblings
 from distrib.checkpoint.errors import CheckpointRestoreError
@@ -170,10 +171,12 @@ class Checkpoint:
 
     # ------------------------------------------------------------- write
     def save(self, file_prefix: str, options: Optional[CheckpointOptions] = None) -> str:
-        """Increment `save_counter` and write ``{file_prefix}-{save_counter}``; returns that path."""
+        """Increment `save_counter` and write ``{file_prefix}-{save_counter}``; returns the chief's path
+        on every worker (the one written: local replicas' own ``file_prefix`` may differ)."""
         self.save_counter.assign_add(1)
         role = resolve_role(self._strategy, "Checkpoint.save")
-        return self.write_for(role, f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
+        path = self.write_for(role, f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
+        return chiefs_path(role, path, "Checkpoint.save")
 
     def write(self, file_prefix: str, info: Optional[Dict[str, Any]] = None,
               options: Optional[CheckpointOptions] = None) -> str:
@@ -193,7 +196,8 @@ class Checkpoint:
                 worker (for a background save: raised by the call that waits for it).
         """
         CheckpointOptions.check(options, "Checkpoint.write")
-        return self.write_for(resolve_role(self._strategy, "Checkpoint.write"), file_prefix, info, options)
+        role = resolve_role(self._strategy, "Checkpoint.write")
+        return chiefs_path(role, self.write_for(role, file_prefix, info, options), "Checkpoint.write")
 
     def write_for(self, role: CheckpointRole, file_prefix: str, info: Optional[Dict[str, Any]] = None,
                   options: Optional[CheckpointOptions] = None) -> str:

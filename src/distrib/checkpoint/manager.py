@@ -57,7 +57,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.agreement import AgreementError, chief_decides
+from distrib.checkpoint.agreement import AgreementError, chief_decides, chiefs_path
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.format import freeze_state, loads_state
@@ -256,7 +256,8 @@ class CheckpointManager:
             options: a `CheckpointOptions`.
 
         Returns:
-            The path saved (or being saved), or None when ``checkpoint_interval`` skipped the save.
+            The path saved (or being saved) by the chief, the same on every worker, or None when
+            ``checkpoint_interval`` skipped the save.
         """
         background = CheckpointOptions.check(options, "CheckpointManager.save").background
         if self._interval is not None:
@@ -280,7 +281,7 @@ class CheckpointManager:
             self._published(role, path)
         if self.snapshot_on_save:
             self._keep_snapshot(role)
-        return path
+        return chiefs_path(role, path, "CheckpointManager.save")
 
     def sync(self) -> None:
         """Wait for a background save, check it succeeded on every worker, and record it as the latest.

@@ -157,10 +157,32 @@ class HealthMonitor:
             stale = self.stale_peers(threshold)
             if stale:
                 state = "is not responding (stopped or hung)" if silent else "is gone"
-                return [f"{self._describe(r)} {state}" for r in stale]
+                return [f"{self._describe(r)} {state}{departure_note(r)}" for r in stale]
             if time.monotonic() >= deadline:
                 return []
             time.sleep(self.interval / 4)  # poll: heartbeats arrive on their own thread
+
+
+#: Who can tell why a rank left: ``note(rank) -> its last error line or None`` (the process that
+#: started local replicas reads their standard error; see `add_departure_note`).
+_DEPARTURE_NOTES: List[Callable[[int], Optional[str]]] = []
+
+
+def add_departure_note(note: Callable[[int], Optional[str]]) -> None:
+    """Register ``note(rank)``: the last error line of a departed rank, when this process can read it."""
+    _DEPARTURE_NOTES.append(note)
+
+
+def departure_note(rank: int) -> str:
+    """``": <its last error line>"`` for ``rank`` if a registered note knows it, else ``""``."""
+    for note in _DEPARTURE_NOTES:
+        try:
+            line = note(rank)
+        except Exception:  # noqa: BLE001 - a reason is a courtesy; naming the rank is what counts
+            line = None
+        if line:
+            return f" (its last error line: {line[:300]})"
+    return ""
 
 
 def _is_silence(exc: BaseException) -> bool:

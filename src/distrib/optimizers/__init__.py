@@ -20,7 +20,7 @@ from distrib.optimizers.learning_rate import get_learning_rate, set_learning_rat
 from distrib.optimizers.registry import deserialize, get, serialize
 from distrib.optimizers.rmsprop import Adagrad, KerasAdagrad, KerasRMSprop, RMSprop
 from distrib.optimizers.sgd import SGD, KerasSGD
-from distrib.optimizers import schedules
+from distrib.optimizers import legacy, schedules  # legacy: Keras 2's names, refused in one line
 
 __all__ = [
     "Optimizer",

@@ -59,6 +59,10 @@ class StepScheduler(Protocol):
         ``load_state_dict``) reaches the copies the scheduled functions use.
         """
 
+    def pull(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
+        """Copy the values training gave the variables into ``module`` and the step counts into
+        ``optimizer`` (this task's copies), after the functions scheduled so far have finished."""
+
     @staticmethod
     def between_steps(tensors: Sequence[torch.Tensor]) -> None:
         """Called inside a scheduled function between two of its steps, with the module's parameters:

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from distrib.strategies import default
+from distrib.training.direct_call import call_module
 from distrib.training.saving.model_persistence import ModelPersistence
 from distrib.training.saving.serialization import to_spec
 from distrib.training.trainer import Trainer
@@ -83,8 +84,10 @@ class Model(Trainer, ModelPersistence):
         """The model itself: it is its own trainer (programs that read ``model.loop`` keep working)."""
         return self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+    def __call__(self, *args: Any, training: Optional[bool] = None, **kwargs: Any) -> Any:
+        """``module(*args, **kwargs)``; ``training=True/False`` and numpy inputs as
+        `distrib.training.direct_call` says (Keras's ``model(x, training=True)``)."""
+        return call_module(self.module, args, kwargs, training)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -95,6 +98,11 @@ class Model(Trainer, ModelPersistence):
     @property
     def trainable_weights(self) -> List[torch.nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]
+
+    @property
+    def trainable_variables(self) -> List[torch.nn.Parameter]:
+        """Keras's other name for `trainable_weights` (``apply_gradients(zip(grads, model.trainable_variables))``)."""
+        return self.trainable_weights
 
     def __repr__(self) -> str:
         return (f"distrib.Model({self.name}, strategy={type(self.distribute_strategy).__name__}, "

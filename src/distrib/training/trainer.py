@@ -263,7 +263,10 @@ class Trainer:
         ``x`` may be a batched `distrib.data.Dataset` (each element one
         *global* batch), a distributed dataset, a torch ``DataLoader`` or
         map-style ``Dataset``, or arrays/tensors with ``y`` (batched by
-        ``batch_size``, default 32, as the global batch). Each global batch is
+        ``batch_size`` as the global batch; without it, Keras 3's rule:
+        ``ceil(rows / steps_per_epoch)`` when ``steps_per_epoch`` is given,
+        else 32; likewise ``validation_steps``, and ``steps`` in `evaluate`
+        and `predict`). Each global batch is
         split evenly among the replicas.
 
         With ``steps_per_epoch`` on a dataset that runs out first, training

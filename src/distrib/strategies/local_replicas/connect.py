@@ -34,6 +34,8 @@ import distrib
 from distrib import hooks
 from distrib.cluster.resolver_base import ClusterResolver
 from distrib.cluster.task import TaskInfo
+from distrib.comm.errors import last_error_line
+from distrib.comm.health import add_departure_note
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.rerun import rerun_command
@@ -42,6 +44,7 @@ from distrib.process.spawn import start_process, wait_or_kill
 __all__ = ["LocalReplicas", "ENV_VAR", "connect_replicas"]
 
 ENV_VAR = "DISTRIB_LOCAL_REPLICA"
+_TAIL_BYTES = 8192  # the end of a sibling's standard error read for its last error line
 _REAP_SECONDS = 60.0  # how long replica 0, at exit, waits for each sibling before killing it
 
 
@@ -161,7 +164,17 @@ class LocalReplicas:
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(int(threads))
+        add_departure_note(self.last_error_line)  # "replica 1 is gone" carries replica 1's own reason
         hooks.at_exit(self._reap_children)
+
+    def last_error_line(self, rank: int) -> Optional[str]:
+        """The last error line replica ``rank`` (one this process started) wrote to its standard error."""
+        for index, _, err in self._children:
+            if self.rank is not None and self.rank - self.index + index == rank:
+                size = os.fstat(err.fileno()).st_size
+                tail = os.pread(err.fileno(), min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
+                return last_error_line(tail.decode(errors="replace"))
+        return None
 
     def _reap_children(self) -> None:
         failed = []
@@ -169,9 +182,9 @@ class LocalReplicas:
             code = wait_or_kill(proc, _REAP_SECONDS)
             if code != 0:
                 err.seek(0)
-                tail = err.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+                line = last_error_line(err.read().decode(errors="replace")) or ""
                 failed.append(f"local replica {index} ({self.labels[index]}) "
-                              f"{describe_returncode(code)}: {tail[0]}")
+                              f"{describe_returncode(code)}: {line}")
             err.close()
         if failed:
             sys.stderr.write("distrib: error: " + "; ".join(failed) + "\n")

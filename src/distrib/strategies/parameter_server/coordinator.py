@@ -27,6 +27,8 @@ serve inside the strategy's constructor):
 from __future__ import annotations
 
 import threading
+
+import torch
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from distrib.strategies.parameter_server.coordinated import Coordinated
@@ -113,6 +115,11 @@ class ClusterCoordinator:
             s._place_pending()
             for obj in objects:
                 s._exporter.export_value(obj)
+
+    def pull(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
+        """Copy the trained variables into ``module`` and the step counts into ``optimizer`` (the chief's)."""
+        with self._lock:
+            self._strategy.pull(module, optimizer)
 
     between_steps = staticmethod(refresh_variables)
 

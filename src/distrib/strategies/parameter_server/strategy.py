@@ -265,7 +265,26 @@ class ParameterServerStrategy(Strategy, Coordinated):
         return self._runtime.channel_address(TaskInfo(task_type, task_id))
 
     def _place_pending(self) -> None:
-        self._require_chief("schedule").place_pending()
+        """Before a function is scheduled: place new variables, send the values written since placement."""
+        registry = self._require_chief("schedule")
+        registry.place_pending()
+        registry.send_first_values()
+
+    def pull(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
+        """Copy the trained values into the chief's ``module`` and the step counts into ``optimizer``.
+
+        After `Model.fit` / `evaluate`, ``module``'s parameters read as the ps
+        tasks hold them and ``optimizer.state[p]["step"]`` (what
+        ``optimizer.iterations`` counts) as far as the ps tasks counted.
+        """
+        registry = self._require_chief("pull")
+        registry.refresh(module)
+        if optimizer is None or not any(registry.info(p) for g in optimizer.param_groups for p in g["params"]):
+            return
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        for index, slots in optimizer.state_dict()["state"].items():  # read from the ps tasks
+            if "step" in slots and index < len(params):
+                optimizer.state[params[index]]["step"] = slots["step"]
 
     def coordinator_parts(self) -> Tuple[Runtime, Dict[int, Any], Callable[..., None]]:
         """What a `ClusterCoordinator` dispatches with: the channel, the exported definitions and the

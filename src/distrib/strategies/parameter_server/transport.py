@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
@@ -47,6 +46,7 @@ import torch
 from distrib.strategies.parameter_server import wire as ps_wire
 from distrib.strategies.parameter_server.auth import DEST_HEADER, TOKEN_HEADER, CallAuth
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError
+from distrib.strategies.parameter_server.serving_pool import ServingPool
 
 __all__ = ["METHOD", "TlsConfig", "tls_from_env", "max_message_bytes", "Server", "Channel"]
 
@@ -162,7 +162,8 @@ class Server:
                  tls: Optional[TlsConfig], threads: int, name: str) -> None:
         self._handlers = dict(handlers)
         self._auth = auth
-        self._server = grpc.server(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="distrib-ps"),
+        self._pool = ServingPool(max_workers=threads, name="distrib-ps")  # serves until stop, exit included
+        self._server = grpc.server(self._pool,
                                    handlers=[grpc.method_handlers_generic_handler("distrib.ps.PS", {
                                        "Call": grpc.unary_unary_rpc_method_handler(self._call)})],
                                    interceptors=[_Gate(auth, name)] if auth is not None else None,
@@ -204,6 +205,7 @@ class Server:
     def stop(self, grace: float) -> None:
         """Stop serving; calls in progress get ``grace`` seconds to finish."""
         self._server.stop(grace).wait(grace + 1.0)
+        self._pool.shutdown(wait=False)
 
 
 class Channel:

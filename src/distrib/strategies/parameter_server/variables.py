@@ -4,8 +4,11 @@ Every parameter registered while ``strategy.scope()`` is open on the chief
 becomes a *variable*: when the scope closes it is split into shards (one,
 unless the strategy has a ``variable_partitioner``), the shards are placed on
 the ps tasks round-robin in creation order, and each ps receives its shards'
-initial values. From then on the ps tasks hold the values that training
-updates. The chief's own tensor is only a cache: it is refreshed from the ps
+values. Until the first function is scheduled the chief's tensors are the
+variables' values: whatever the program writes into them after the scope
+closed (``weight.copy_(w)`` under ``no_grad``, ``.data`` writes) is sent again
+when training starts (`send_first_values`). From then on the ps tasks hold
+the values that training updates. The chief's own tensor is only a cache: it is refreshed from the ps
 tasks before the module's ``forward`` and ``state_dict`` (when training has
 happened since the last refresh), and ``load_state_dict`` writes the loaded
 values through to the ps tasks, so evaluation and checkpoints on the chief
@@ -111,6 +114,7 @@ class VariableRegistry:
         self._next_ps = 0
         self.generation = 0
         self._fresh: Dict[int, int] = {}
+        self._unstarted: List[int] = []  # placed, no function scheduled since: the chief's values count
 
     # ------------------------------------------------------------ capture
     def start_capture(self) -> None:
@@ -159,9 +163,22 @@ class VariableRegistry:
                 self._by_param[id(param)] = info
                 self._params[info.var_id] = param
                 self._fresh[info.var_id] = self.generation
+                self._unstarted.append(info.var_id)
                 new.append((param, info))
                 self._hook_module(module)
             self._send(new, ps_server.create_variables)
+
+    def send_first_values(self) -> None:
+        """Training starts: write the chief's values of the variables placed since the last call.
+
+        Nothing has changed them on the ps tasks before a function runs, so the
+        chief's tensors (with the program's writes after placement) are the values.
+        """
+        with self._lock:
+            unstarted, self._unstarted = self._unstarted, []
+            items = [(self._params[v], self._by_param[id(self._params[v])]) for v in unstarted]
+            if items:
+                self._send(items, ps_server.write_variables)
 
     def _new_info(self, param: torch.nn.Parameter, name: str) -> VariableInfo:
         shape = tuple(param.shape)

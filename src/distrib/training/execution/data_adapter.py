@@ -9,7 +9,9 @@ Inputs:
 * arrays or tensors ``x`` (and ``y``, ``sample_weight``): like Keras, they
   become ``Dataset.from_tensor_slices((x, y, sample_weight))``, shuffled
   (``shuffle=True``, training only) with a seed shared by all workers and
-  reshuffled every pass, then ``batch(batch_size)`` (default 32); for
+  reshuffled every pass, then ``batch(batch_size)`` (without ``batch_size``:
+  ``ceil(rows / steps)`` when the call gives its steps, else 32, Keras 3's
+  array-adapter rule); for
   training the passes repeat, so ``steps_per_epoch`` may differ from the
   number of batches (Keras 3's behaviour). Floating arrays are cast once to
   the module's parameter dtype.
@@ -41,7 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.data.distributed import DistributedDataset, DistributedIterator
     from distrib.strategies.interface import Strategy
 
-__all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "is_array_structure", "count_rows"]
+__all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "array_batch_size", "is_array_structure",
+           "count_rows"]
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -67,6 +70,23 @@ def count_rows(value: Any, what: str) -> int:
     if len(sizes) != 1:
         raise ValueError(f"{what} components have different numbers of examples {sorted(sizes)}")
     return sizes.pop()
+
+
+def array_batch_size(batch_size: Optional[int], rows: int, steps: Optional[int]) -> Optional[int]:
+    """The global batch of ``rows`` array rows: Keras 3's rule when ``batch_size`` is not given.
+
+    ``ceil(rows / steps)`` when the call gives its steps (``steps_per_epoch``,
+    ``validation_steps``, ``steps``), else `DEFAULT_BATCH_SIZE`.
+
+    Example:
+        >>> array_batch_size(None, 100, 3), array_batch_size(None, 100, None), array_batch_size(10, 100, 3)
+        (34, 32, 10)
+    """
+    if batch_size:
+        return batch_size
+    if steps:
+        return -(-rows // steps)
+    return DEFAULT_BATCH_SIZE
 
 
 def _as_tensor(value: Any, float_dtype: Optional[torch.dtype]) -> torch.Tensor:
@@ -199,10 +219,12 @@ class StepIterator:
 
 
 def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, *, sample_weight: Any, batch_size: Optional[int],
-                 shuffle: bool, class_weight: Optional[Dict[Any, float]], purpose: str) -> DataHandler:
+                 shuffle: bool, class_weight: Optional[Dict[Any, float]], purpose: str,
+                 steps: Optional[int] = None) -> DataHandler:
     """A `DataHandler` for ``x`` (see the module docstring); ``purpose`` is fit, evaluate or predict.
 
-    ``module`` gives the floating dtype arrays are cast to.
+    ``module`` gives the floating dtype arrays are cast to; ``steps`` (the
+    call's steps, if given) sizes the batches of arrays without ``batch_size``.
     """
     from distrib.data import Dataset
     from distrib.data.adapters import as_dataset
@@ -212,14 +234,17 @@ def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, 
         raise ValueError(f"{purpose}() needs data: pass x (and y), or a dataset")
     table = _class_weight_tensor(class_weight) if class_weight else None
     if is_array_structure(x):
+        n = count_rows(x, "x")
+        what = f"batch_size={batch_size}"
         if batch_size is None:
-            batch_size = DEFAULT_BATCH_SIZE
+            batch_size = array_batch_size(None, n, steps)
+            if steps:
+                what = f"the batch size ceil({n} rows / {steps} steps) = {batch_size} (pass batch_size=...)"
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"{purpose}(batch_size=...) must be a positive int, got {batch_size!r}")
-        per_replica_batch_size(batch_size, strategy.num_replicas_in_sync, what=f"batch_size={batch_size}")
+        per_replica_batch_size(batch_size, strategy.num_replicas_in_sync, what=what)
         if purpose != "predict" and y is None:
             raise ValueError(f"{purpose}() got arrays x without y: pass y (the targets)")
-        n = count_rows(x, "x")
         if n == 0:
             raise ValueError(f"{purpose}(): x has no examples")
         for name, value in (("y", y), ("sample_weight", sample_weight)):

@@ -74,9 +74,10 @@ class LocalExecutor(StepExecutor):
         self.loop = loop
 
     def _handler(self, x: Any, y: Any, sample_weight: Any, batch_size: Optional[int], shuffle: bool,
-                 class_weight: Optional[Dict], purpose: str) -> DataHandler:
+                 class_weight: Optional[Dict], purpose: str, steps: Optional[int]) -> DataHandler:
         return make_handler(self.loop.strategy, self.loop.module, x, y, sample_weight=sample_weight,
-                            batch_size=batch_size, shuffle=shuffle, class_weight=class_weight, purpose=purpose)
+                            batch_size=batch_size, shuffle=shuffle, class_weight=class_weight, purpose=purpose,
+                            steps=steps)
 
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
@@ -84,21 +85,21 @@ class LocalExecutor(StepExecutor):
                    validation_steps: Optional[int]) -> Tuple[_LocalEpochs, Optional[_LocalEval]]:
         if validation_split and validation_data is None:
             (x, y, sample_weight), validation_data = split_arrays(x, y, sample_weight, validation_split)
-        handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit")
+        handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit", steps_per_epoch)
         validation = None
         if validation_data is not None:
             vx, vy, vsw = split_validation(validation_data)
-            validation = _LocalEval(self._handler(vx, vy, vsw, batch_size, False, None, "evaluate"),
+            validation = _LocalEval(self._handler(vx, vy, vsw, batch_size, False, None, "evaluate", validation_steps),
                                     validation_steps)
         return _LocalEpochs(handler, steps_per_epoch, self.loop.train_loop_state), validation
 
     def eval_input(self, x: Any, y: Any, *, batch_size: Optional[int], sample_weight: Any,
                    steps: Optional[int]) -> _LocalEval:
-        return _LocalEval(self._handler(x, y, sample_weight, batch_size, False, None, "evaluate"), steps)
+        return _LocalEval(self._handler(x, y, sample_weight, batch_size, False, None, "evaluate", steps), steps)
 
     def predict_input(self, x: Any, *, batch_size: Optional[int], steps: Optional[int]) -> _LocalEval:
         """The input of one `predict` (which always runs here: the predictions are wanted here)."""
-        return _LocalEval(self._handler(x, None, None, batch_size, False, None, "predict"), steps)
+        return _LocalEval(self._handler(x, None, None, batch_size, False, None, "predict", steps), steps)
 
     def execute(self, phase: Phase, iterator: Iterator[Any], steps: int,
                 on_begin: Callable[[], None]) -> Execution:

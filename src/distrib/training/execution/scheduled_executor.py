@@ -169,6 +169,7 @@ class ScheduledExecutor(StepExecutor):
             tracker.count_step(result["count"])
             missing += wanted - result["steps"]
         self._pending, self._buffers_taken = [], 0
+        self.scheduler.pull(self.loop.module, self.loop.torch_optimizer)  # the chief's model reads as trained
         return missing
 
     def _take_buffers(self) -> None:

@@ -5,7 +5,9 @@ or ``distrib launch --evaluator``) takes no part in training: its strategy
 has one local replica and never joins the training tasks' rendezvous, so it
 can neither slow nor block them, and its death does not stop the job. It
 watches the directory the chief saves into with `distrib.train.CheckpointManager`
-(or `Checkpoint.save`) and evaluates each new checkpoint once, oldest first:
+(or `Checkpoint.save`), `ModelCheckpoint` (``<dir>/ckpt-{epoch}``, weights only
+or full saves) or `BackupAndRestore` (its ``backup-<N>``, used when there is no
+``ckpt-<N>``) and evaluates each new checkpoint once, oldest first:
 
 * only complete checkpoints: each ``<prefix>-<N>`` is verified (``COMPLETE``
   marker and checksums) before it is read; a damaged one is skipped with a
@@ -22,6 +24,10 @@ watches the directory the chief saves into with `distrib.train.CheckpointManager
   ``N`` is the epoch count, so pass the number of training epochs), or when
   no new checkpoint appeared for ``timeout`` seconds. With neither, it runs
   until it is stopped.
+
+What it finds but cannot use (a file or directory that is not a distrib
+checkpoint named ``<prefix>-<N>``, e.g. TensorFlow's ``ckpt-1.index``) it names
+in one line, once per new name, instead of waiting silently.
 
 A checkpoint that the chief's ``max_to_keep`` deletes before the evaluator
 gets to it is not evaluated (keep more checkpoints if every one matters).
@@ -45,10 +51,10 @@ import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from distrib.checkpoint import storage
-from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import numbered_checkpoints
 from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.errors import DistribError
+from distrib.training.sidecar.layouts import BACKUP_PREFIX, NotAModelCheckpoint, model_weights, unusable_entries
 from distrib.training.sidecar.state import STATE_FILE as SIDECAR_STATE_FILE
 from distrib.training.sidecar.state import SidecarState
 
@@ -110,6 +116,7 @@ class SidecarEvaluator:
         self.timeout = timeout
         self._state = SidecarState.load(storage.join(self.eval_dir, SIDECAR_STATE_FILE))
         self._skipped: set = set()
+        self._reported: set = set()
         self._writer: Any = None
 
     @property
@@ -157,16 +164,41 @@ class SidecarEvaluator:
     def _pending(self) -> List[Tuple[int, str]]:
         done = self._state.names()
         newest_done = max((e["number"] for e in self._state.evaluated), default=-1)
-        listed = numbered_checkpoints(self.checkpoint_dir, self.checkpoint_prefix)
+        listed = self._listed()
+        self._report_unusable()
         return [(n, p) for n, p in listed
                 if n > newest_done and _name(p) not in done and p not in self._skipped]
+
+    def _listed(self) -> List[Tuple[int, str]]:
+        """The ``<prefix>-<N>`` checkpoints; with the default prefix and none of them, BackupAndRestore's."""
+        listed = numbered_checkpoints(self.checkpoint_dir, self.checkpoint_prefix)
+        if not listed and self.checkpoint_prefix == "ckpt":
+            listed = numbered_checkpoints(self.checkpoint_dir, BACKUP_PREFIX)
+        return listed
+
+    def _report_unusable(self) -> None:
+        names = [n for n in unusable_entries(self.checkpoint_dir, self.checkpoint_prefix, self.eval_dir)
+                 if n not in self._reported]
+        if names:
+            self._reported.update(names)
+            shown = ", ".join(sorted(names)[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            self._say(f"cannot use {shown} in {self.checkpoint_dir}: not a distrib checkpoint named "
+                      f"{self.checkpoint_prefix or '<prefix>'}-<N> (CheckpointManager, "
+                      f"ModelCheckpoint('{self.checkpoint_dir}/{self.checkpoint_prefix or 'ckpt'}-{{epoch}}'), "
+                      f"BackupAndRestore); ignoring it")
 
     def _evaluate(self, number: int, path: str) -> Optional[Dict[str, Any]]:
         try:
             manifest = storage.verify(path)  # every file, streamed
-            state = storage.read_state_verified(path, STATE_FILE, manifest)
+            state = model_weights(path, manifest, self.model_key)
+        except NotAModelCheckpoint as exc:  # complete, but holds no model weights
+            if exc.fatal:
+                raise SidecarEvaluatorError(f"{path}: {exc}") from None
+            self._say(f"cannot use {_name(path)}: {exc}; skipping it")
+            self._skipped.add(path)
+            return None
         except (CorruptCheckpointError, FileNotFoundError, KeyError, ValueError, OSError) as exc:
-            newer = [n for n, _ in numbered_checkpoints(self.checkpoint_dir, self.checkpoint_prefix) if n > number]
+            newer = [n for n, _ in self._listed() if n > number]
             if newer:
                 warnings.warn(f"SidecarEvaluator: skipping {path}: {exc}", CheckpointWarning, stacklevel=2)
                 self._skipped.add(path)
@@ -182,14 +214,7 @@ class SidecarEvaluator:
         self._say(f"evaluated {_name(path)}: {shown}")
         return dict(self._state.evaluated[-1])
 
-    def _load(self, path: str, state: Any) -> None:
-        if not isinstance(state, dict) or self.model_key not in state:
-            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise SidecarEvaluatorError(
-                f"{path}: checkpoint tracks no {self.model_key!r} (it has {keys}); save the model as "
-                f"Checkpoint({self.model_key}=model) or pass SidecarEvaluator(model_key=...)")
-        entry = state[self.model_key]
-        weights = entry["module"] if isinstance(entry, dict) and isinstance(entry.get("module"), dict) else entry
+    def _load(self, path: str, weights: Any) -> None:
         try:
             self.model.module.load_state_dict(weights)
         except Exception as exc:
