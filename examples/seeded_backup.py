@@ -26,6 +26,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("backup_dir")
 parser.add_argument("--kill-worker", type=int, default=-1, help="the worker that kills itself (first attempt only)")
 parser.add_argument("--at-step", type=int, default=13, help="the global step after which it does")
+parser.add_argument("--progress", action="store_true", help="show fit's progress bar (verbose=1)")
 args = parser.parse_args()
 torch.set_num_threads(1)
 
@@ -51,7 +52,7 @@ class KillAtStep(Callback):
       os.kill(os.getpid(), signal.SIGKILL)
 
 
-history = model.fit(x, y, batch_size=32, epochs=3, shuffle=True, verbose=0,
+history = model.fit(x, y, batch_size=32, epochs=3, shuffle=True, verbose=1 if args.progress else 0,
                     callbacks=[BackupAndRestore(args.backup_dir, save_freq=5), KillAtStep()])
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.module.parameters())).hexdigest()
 if strategy.replica_id == 0:

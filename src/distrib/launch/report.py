@@ -32,6 +32,8 @@ class LaunchReport:
         self.timeout = timeout
         self.result = LaunchResult(returncode=EXIT_TASK_FAILED)
         self._began = time.monotonic()
+        #: When the last failed attempt was found to have failed (``time.time()``), for the restarted tasks.
+        self.failed_at: Optional[float] = None
 
     def log(self, message: str) -> None:
         self.router.launcher_line(PREFIX + message)
