@@ -133,7 +133,7 @@ class OutputRouter:
         self._stdout_from = stdout_from
         self._logs = logs
         self._log_failure_said = False
-        self._bars: set = set()  # (task, stream) whose unfinished line was drawn as a live row
+        self._bars: set = set()  # (task, stream) whose unfinished line is redrawn with \r: a progress bar
         self.live = not self._capture and _isatty(self._destination("stdout"))
 
     @property
@@ -173,6 +173,7 @@ class OutputRouter:
                 rest = ""
             if self.live and "\r" in rest[:-1]:
                 rest = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
+                self._bars.add(key)  # redrawn in place: a progress bar
             if rest:
                 self._partial[key] = rest
                 if self.live and _visible(rest) and self._shown(key):
@@ -298,7 +299,6 @@ class OutputRouter:
 
     def _draw_open(self, key: Tuple[str, str]) -> None:
         self._open = key
-        self._bars.add(key)
         self._write(f"{_CLEAR_ROW}[{key[0]}] {_visible(self._partial[key])}",
                     self._destination(key[1]))
 
