@@ -80,29 +80,28 @@ def test_both_places_that_make_process_groups_go_through_it():
 
 
 def test_torch_collective_connect_passes_its_device_under_nccl(monkeypatch):
-    """A one-task job that agreed on NCCL: connect names the task's GPU (the group is then made with gloo,
-    as this test has no GPU)."""
+    """A one-task job that agreed on NCCL: connect names the task's GPU. No group is made (this test
+    has no GPU, and a group another test left in this process stays untouched): torch.distributed's
+    group calls are stood in for; the rendezvous store and the health monitor are real."""
     from distrib.cluster.simple import SimpleClusterResolver
     from distrib.comm import torch_collective
     from distrib.comm.options import CommunicationOptions
     from distrib.process.ports import free_port
 
-    real = dist.init_process_group
     seen: list = []
 
     def spy(backend, device_id=None, **kwargs):
         seen.append((backend, device_id))
-        real("gloo", **kwargs)
 
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", spy)
+    monkeypatch.setattr(dist, "new_group", lambda *args, **kwargs: "control group")
     monkeypatch.setattr(torch_collective, "choose_backend", lambda *args, **kwargs: "nccl")
     resolver = SimpleClusterResolver({"worker": [f"127.0.0.1:{free_port()}"]}, task_type="worker", task_id=0)
     collective = torch_collective.TorchCollective.connect(resolver, CommunicationOptions(timeout_seconds=20),
                                                           torch.device("cuda", 2))
     try:
         assert seen == [("nccl", torch.device("cuda", 2))]
+        assert collective.backend == "nccl"
     finally:
         collective.shutdown()
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    assert not dist.is_initialized()
