@@ -1,4 +1,4 @@
-"""Seed 003 (the distributed-training guide): "Use tf.distribute.Strategy with custom training loops" and "Default Strategy".
+"""TensorFlow's distributed training guide: "Use tf.distribute.Strategy with custom training loops" and "Default Strategy".
 
 The guide's one-``Dense``-layer model trained with a custom loop — the model
 and optimizer created in the scope, ``experimental_distribute_dataset``,

@@ -1,4 +1,4 @@
-"""Seed 003 (the distributed-training guide), section "Use tf.distribute.Strategy with Keras Model.fit".
+"""TensorFlow's distributed training guide, section "Use tf.distribute.Strategy with Keras Model.fit".
 
 The one-``Dense``-layer model, trained on a dataset and on numpy arrays:
 

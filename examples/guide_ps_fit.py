@@ -1,6 +1,6 @@
 """The guide's ``ParameterServerStrategy`` with Keras ``Model.fit`` (the parameter-server tutorial's fit section), ported.
 
-The guide (seed 003) creates the strategy and its coordinator from
+TensorFlow's distributed training guide creates the strategy and its coordinator from
 ``TF_CONFIG`` with a ``variable_partitioner`` and lists ``Model.fit`` under
 ``ParameterServerStrategy``; the tutorial it points to trains a one-``Dense``
 model with ``Model.fit`` on a ``DatasetCreator``, with TensorBoard,

@@ -1,6 +1,6 @@
 """The strategy guide's ``evaluator`` task, ported: training workers plus a side-car evaluator.
 
-The guide (seed 003) lists ``"chief"``, ``"worker"``, ``"ps"`` and
+TensorFlow's distributed training guide lists ``"chief"``, ``"worker"``, ``"ps"`` and
 ``"evaluator"`` as the roles of ``TF_CONFIG``. Here every task runs this one
 script: the workers train with a custom loop under MultiWorkerMirroredStrategy
 and save a checkpoint per epoch with `CheckpointManager`; the ``evaluator``

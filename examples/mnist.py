@@ -1,4 +1,5 @@
-"""Seed 000's ``mnist.py``, ported: the dataset, the dataset function and the CNN.
+"""The dataset, the dataset function and the CNN: ``mnist.py`` of TensorFlow's custom training loop
+tutorial with MultiWorkerMirroredStrategy, ported.
 
 The data comes from `distrib.datasets.mnist.load_data()` (real handwritten
 digits, offline; point ``DISTRIB_MNIST`` at a real mnist.npz for MNIST itself).
@@ -32,7 +33,7 @@ def dataset_fn(global_batch_size, input_context):
 
 
 class CNN(torch.nn.Sequential):
-  """The seeds' Keras CNN: Reshape, Conv2D(32, 3, relu), Flatten, Dense(128, relu), Dense(10).
+  """The tutorials' Keras CNN: Reshape, Conv2D(32, 3, relu), Flatten, Dense(128, relu), Dense(10).
 
   ``losses`` holds the L2(1e-5) kernel regularisation terms, like Keras's
   ``model.losses``.

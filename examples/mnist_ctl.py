@@ -1,4 +1,4 @@
-"""Seed 000's ``main.py`` (custom training loop with MultiWorkerMirroredStrategy), ported.
+"""``main.py`` of TensorFlow's custom training loop tutorial with MultiWorkerMirroredStrategy, ported.
 
 Run alone:               python examples/mnist_ctl.py
 Run on 2 workers:        distrib launch --workers 2 examples/mnist_ctl.py

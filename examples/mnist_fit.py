@@ -1,4 +1,4 @@
-"""Seed 001's Keras multi-worker tutorial (``mnist_setup.py`` + ``main.py``), ported line for line.
+"""TensorFlow's multi-worker Keras tutorial (``mnist_setup.py`` + ``main.py``), ported line for line.
 
 Run alone (one worker):        python examples/mnist_fit.py
 Run on 2 workers:              distrib launch --workers 2 examples/mnist_fit.py

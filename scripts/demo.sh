@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main demo: seed 000's custom training loop on 2 worker processes.
+# The main demo: TensorFlow's multi-worker custom training loop tutorial on 2 worker processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/env.sh

@@ -4,7 +4,8 @@
 # Tests run in 2 pytest processes (pytest-xdist): most multi-process tests spend
 # their time waiting on start-up, rendezvous and timeouts, so two at once keep
 # 2 cores busy. DISTRIB_TEST_PROCESSES=1 runs them one at a time; extra
-# arguments go to pytest (./scripts/test.sh -m slow runs the long tests).
+# arguments go to pytest (./scripts/test.sh -m slow runs the long tests). The order is
+# shuffled by pytest-randomly, a new seed each run (docs/layout.md: replaying one).
 # The harness (distrib.testing) forks the tasks it starts from one preloaded
 # server per pytest process, so PyTorch is imported once per process, not per
 # task; DISTRIB_LAUNCH_FORK=0 makes every task a new process instead.
@@ -20,9 +21,10 @@ parallel=()
 if [ "$processes" != "1" ]; then parallel=(-n "$processes" --dist worksteal); fi
 say() { printf 'scripts/test.sh: %s\n' "$*"; }
 began=$SECONDS
-say "running the tests (not those marked slow, unless asked) in $processes pytest process(es):"
-say "6 to 9 minutes on 2 idle cores, up to about 20 on a busy machine; a dot per passed test,"
-say "the percentage done at the end of each row, the failures' details at the end"
+say "running the tests (not those marked slow, unless asked) in $processes pytest process(es), in a"
+say "shuffled order (--randomly-seed=N replays one, -p no:randomly keeps file order); the count and"
+say "the expected time come before the first dot; a dot per passed test, the percentage done at the"
+say "end of each row, the failures' details at the end"
 status=0
 .venv/bin/python -m pytest tests -q -p no:cacheprovider -m "not slow" "${parallel[@]}" "$@" || status=$?
 say "the tests took $(( (SECONDS - began) / 60 )) min $(( (SECONDS - began) % 60 )) s (exit status $status)"

@@ -63,3 +63,41 @@ def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
 
     return write
 
+
+
+# ---------------------------------- what the suite says before its first dot (issue 50)
+import suite_timing  # noqa: E402 - tests/ is on sys.path, as this file's directory
+
+_announced = False
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(line)
+
+
+def _announce(config: pytest.Config, nodeids: list, processes: int) -> None:
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    seed = config.getoption("randomly_seed", None) if config.pluginmanager.hasplugin("randomly") else None
+    _say(config, suite_timing.announcement(nodeids, processes, seed if isinstance(seed, int) else None))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    processes = session.config.getoption("numprocesses", None)
+    if processes and not hasattr(session.config, "workerinput"):  # the xdist controller
+        _say(session.config, suite_timing.HOLD_ON.format(n=processes))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # one process: it collected, and says so
+        _announce(session.config, [item.nodeid for item in session.items], 1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list) -> None:  # noqa: ANN001 - xdist's hook
+    _announce(node.config, list(ids), node.config.getoption("numprocesses", None) or 1)

@@ -32,6 +32,10 @@ def _keras():
 
     if keras.backend.backend() != "torch":
         pytest.skip("Keras runs on another backend (KERAS_BACKEND must be torch)")
+    # Keras names layers and variables by process-wide counters (sequential_8/dense_17): reset them, so
+    # the reference built in this pytest process names its weights as the fresh tasks do, whatever
+    # Keras models earlier tests in the process made (a shuffled order found it).
+    keras.backend.clear_session()
     return keras
 
 

@@ -79,7 +79,7 @@ def test_mirrored_strategy_from_a_plain_script(tmp_path):
     script.write_text(MIRRORED_SCRIPT)
     out_file = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, str(script), str(out_file)], cwd=tmp_path, text=True,
-                          capture_output=True, timeout=120,
+                          capture_output=True, timeout=280,
                           env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("script started") == 1, proc.stdout  # children's output is not shown

@@ -258,6 +258,31 @@ def test_a_deeply_nested_tf_config_is_one_named_line(depth):
     fails(nested_object, "nested too deeply")
 
 
+@pytest.mark.parametrize("limit", [1_000, 5_000])
+def test_the_nesting_error_does_not_depend_on_the_recursion_limit(limit):
+    """Issue 50: after torch.compile raised ``sys.setrecursionlimit`` to 2000 in the same process,
+    a 1,000-deep TF_CONFIG parsed and got the generic message; the parser now counts the depth itself."""
+    import sys
+
+    from distrib.cluster.tf_config import MAX_NESTING, tf_config_is_empty
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        for depth in (MAX_NESTING + 1, 1_000):
+            text = "[" * depth + "]" * depth
+            fails(text, "TF_CONFIG: nested too deeply to be a cluster description")
+            assert not tf_config_is_empty({"TF_CONFIG": text})
+        brackets_in_a_string = '{"cluster": {"worker": ["' + "[" * 1_000 + '"]}}'
+        deepest_allowed = "[" * MAX_NESTING + "]" * MAX_NESTING
+        for text in (brackets_in_a_string, deepest_allowed):
+            with pytest.raises(ClusterConfigError) as info:
+                TFConfigClusterResolver(text)
+            assert "nested too deeply" not in str(info.value)
+    finally:
+        sys.setrecursionlimit(before)
+
+
 @pytest.mark.parametrize("layer, hint", [("grcp", "did you mean 'grpc'?"), ("http", ""),
                                          ("grpc+verb", "did you mean 'grpc+verbs'?")])
 def test_an_unknown_rpc_layer_is_named(layer, hint):

@@ -2,7 +2,7 @@
 
 Most tests trace with the ``aot_eager`` backend (``DISTRIB_JIT_BACKEND``: the
 same graph, no code generation, compiled in about a second); one compiles
-with inductor, as users get it.
+with inductor, as users get it (``-m slow``: its C++ compilation takes minutes).
 """
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ def test_a_bad_input_still_gets_the_eager_error_line(aot_eager):
     assert not [w for w in caught if "jit_compile" in str(w.message)]
 
 
+@pytest.mark.slow  # about 4 minutes of C++ compilation; the aot_eager tests above check the same graph
 def test_inductor_compiles_it_too():
     eager, _ = _fit(False, epochs=1)
     compiled, _ = _fit(True, epochs=1)

@@ -30,6 +30,42 @@ def test_sparse_cross_entropy_in_one_kernel_equals_the_gather_bit_for_bit(dtype)
     assert torch.equal(g_fast, g_general)
 
 
+@pytest.mark.parametrize("from_logits", [True, False])
+def test_float16_on_the_cpu_works_where_torch_has_no_half_nll_loss_kernel(monkeypatch, from_logits):
+    """Issue 50: at torch 2.3.1 the CPU ``nll_loss`` has no float16 kernel (``"nll_loss_out_frame" not
+    implemented for 'Half'``); the loss then takes the gather, the same values in float16. Here that
+    torch is imitated: its nll_loss refuses CPU float16, whatever this torch can do."""
+    from distrib.losses import crossentropy
+
+    real_nll_loss = F.nll_loss
+
+    def nll_loss_of_torch_2_3(input, target, *args, **kwargs):
+        if input.device.type == "cpu" and input.dtype == torch.float16:
+            raise RuntimeError("\"nll_loss_out_frame\" not implemented for 'Half'")
+        return real_nll_loss(input, target, *args, **kwargs)
+
+    monkeypatch.setattr(F, "nll_loss", nll_loss_of_torch_2_3)
+    monkeypatch.setattr(crossentropy, "_CPU_NLL_KERNEL", {})
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(16, 5, generator=gen)
+    if not from_logits:
+        scores = scores.softmax(-1)
+    scores = scores.half().requires_grad_()
+    labels = torch.randint(0, 5, (16,), generator=gen)
+    losses = sparse_categorical_crossentropy(labels, scores, from_logits=from_logits)
+    log_probs = crossentropy._log_probs(scores, from_logits)
+    assert losses.dtype == torch.float16
+    assert torch.equal(losses, -log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1))
+    losses.sum().backward()
+    assert scores.grad is not None and scores.grad.dtype == torch.float16
+    assert crossentropy._CPU_NLL_KERNEL == {torch.float16: False}
+    float32 = sparse_categorical_crossentropy(labels, scores.detach().float(), from_logits=from_logits)
+    assert crossentropy._CPU_NLL_KERNEL == {torch.float16: False, torch.float32: True}  # float32 keeps the kernel
+    torch.testing.assert_close(losses.float(), float32, atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="sparse_categorical_crossentropy"):  # bad labels: still the named error
+        sparse_categorical_crossentropy(torch.tensor([0, 7]), scores[:2], from_logits=from_logits)
+
+
 def test_a_label_out_of_range_is_still_the_named_error():
     with pytest.raises(ValueError, match="sparse_categorical_crossentropy"):
         sparse_categorical_crossentropy(torch.tensor([0, -100]), torch.randn(2, 3), from_logits=True)

@@ -43,9 +43,11 @@ replays the steps since from a survivor's log.
 """
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
-from distrib.callbacks._chief import model_strategy
+from distrib.callbacks._chief import is_chief, model_strategy
 from distrib.callbacks.callback import Callback
 from distrib.checkpoint import storage
 from distrib.checkpoint.checkpoint import Checkpoint
@@ -56,6 +58,7 @@ from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.replica_state import ReplicaState
 from distrib.comm.elastic import elastic_enabled
+from distrib.process.task_env import FAILED_AT_ENV
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -77,6 +80,31 @@ class _ModelState:
 
     def tensors_restored_verbatim(self) -> List[Any]:
         return self.model.tensors_restored_verbatim()
+
+
+def resumed_line(backup: str, epoch: int, step: int, failed_at: Optional[float] = None) -> str:
+    """The chief's one line on resuming: where, and how long before the failure the backup was saved.
+
+    ``epoch`` counts from 0 (printed from 1, as fit's progress does); ``failed_at`` defaults to the
+    launcher's ``DISTRIB_FAILED_AT`` (a restarted group); the age is left out where either time is unknown.
+
+    Example:
+        >>> resumed_line("/nonexistent/backup-10", 1, 2, failed_at=None)
+        'resumed at epoch 2, step 2 (from backup-10)'
+    """
+    where = f"resumed at epoch {epoch + 1}, step {step}"
+    if failed_at is None:
+        try:
+            failed_at = float(os.environ[FAILED_AT_ENV])
+        except (KeyError, ValueError):
+            failed_at = None
+    try:
+        saved = os.path.getmtime(backup)
+    except (OSError, ValueError):
+        saved = None
+    if failed_at is None or saved is None or failed_at < saved:
+        return f"{where} (from {os.path.basename(backup.rstrip('/'))})"
+    return f"{where} (backup saved {failed_at - saved:.0f} s before the failure)"
 
 
 class BackupAndRestore(Callback):
@@ -132,6 +160,9 @@ class BackupAndRestore(Callback):
         self._manager.snapshot_with(Checkpoint(train_loop=self.model.train_loop_state,
                                                replicas=ReplicaState(self.model, strategy)))
         self.restored_from = self._manager.restore_or_initialize()
+        if self.restored_from is not None and is_chief(self.model):
+            sys.stderr.write(resumed_line(self.restored_from, *self.model.train_loop_state.resume_point()) + "\n")
+            sys.stderr.flush()
         self._manager.keep_snapshot()
         self._last_step = self.model.train_loop_state.global_step
         self._preempted = False

@@ -105,6 +105,12 @@ class _KerasBar(tqdm):
         super().__init__(total=target, file=sys.stdout, bar_format="{keras_line}", leave=True,
                          mininterval=0.1, miniters=1, dynamic_ncols=False)
 
+    def close(self) -> None:
+        """Keep the finished bar's row; a bar fit did not finish (an error, a lost worker) is cleared."""
+        if not self._state._final:
+            self.leave = False
+        super().close()
+
     @property
     def format_dict(self) -> Dict[str, Any]:
         d = super().format_dict

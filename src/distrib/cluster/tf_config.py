@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -68,13 +69,42 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: How deeply TF_CONFIG may nest arrays and objects (a real one nests 3 deep). Checked before
+#: decoding, so the error never depends on the interpreter's recursion limit.
+MAX_NESTING = 64
+# A JSON string (its brackets are not nesting; an unterminated one runs to the end) or a bracket.
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+
+
+def _nesting_depth(text: str) -> int:
+    """How deeply ``text`` nests JSON arrays and objects, counted without recursion.
+
+    Example:
+        >>> _nesting_depth('{"cluster": {"worker": ["h:1"]}, "x": "[[["}')
+        3
+    """
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        first = match.group()[0]
+        if first in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif first in "]}":
+            depth -= 1
+    return deepest
+
+
+def _too_deep(text: str) -> bool:
+    return _nesting_depth(text) > MAX_NESTING
+
+
 def _decode(text: str) -> Any:
+    if _too_deep(text):
+        raise ClusterConfigError(
+            f"TF_CONFIG: nested too deeply to be a cluster description ({len(text)} characters, "
+            f"more than {MAX_NESTING} levels of arrays or objects); expected {_SHAPE}")
     try:
         return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except RecursionError:
-        raise ClusterConfigError(
-            f"TF_CONFIG: nested too deeply to be a cluster description ({len(text)} characters); "
-            f"expected {_SHAPE}") from None
     except json.JSONDecodeError as err:
         start = max(err.pos - 25, 0)
         near = text[start:err.pos] + " <here> " + text[err.pos:err.pos + 25]
@@ -112,9 +142,11 @@ def tf_config_is_empty(environ: Optional[Mapping[str, str]] = None) -> bool:
     text = (os.environ if environ is None else environ).get("TF_CONFIG")
     if text is None or not text.strip():
         return True
+    if _too_deep(text):  # malformed: the resolver names the problem
+        return False
     try:
         return bool(json.loads(text) == {})
-    except (ValueError, RecursionError):  # malformed: the resolver names the problem
+    except ValueError:
         return False
 
 

@@ -32,6 +32,7 @@ from distrib.comm.errors import CollectiveTimeoutError, DistribCommError, Worker
 from distrib.comm.gpu_sharing import choose_backend
 from distrib.comm.health import HealthMonitor
 from distrib.comm.options import CommunicationImplementation, CommunicationOptions
+from distrib.comm.process_group import init_process_group
 from distrib.comm.rendezvous import connect_store, wait_for_all
 
 __all__ = ["TorchCollective"]
@@ -96,8 +97,8 @@ class TorchCollective(Collective):
             monitor.forget(list(range(world, cluster_size)))
         try:
             if not dist.is_initialized():
-                dist.init_process_group(backend, store=dist.PrefixStore("distrib/pg", store),
-                                        rank=rank, world_size=world, timeout=pg_timeout)
+                init_process_group(backend, device, store=dist.PrefixStore("distrib/pg", store),
+                                   rank=rank, world_size=world, timeout=pg_timeout)
             group = dist.group.WORLD
             control = dist.new_group(backend="gloo", timeout=pg_timeout)
         except Exception as exc:

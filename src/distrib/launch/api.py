@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
 
 from distrib.process.fork_client import FORK_ENV, SharedForkServer, TaskStarter
-from distrib.process.task_env import ELASTIC_ENV, LEFT_DIR_ENV, START_ENV
+from distrib.process.task_env import ELASTIC_ENV, FAILED_AT_ENV, LEFT_DIR_ENV, START_ENV
 from distrib.launch.launch_plan import (Cluster, LaunchPlan, base_environment, check_arguments, check_start_workers,
                                         job_secret, output_router, resolve_layout)
 from distrib.launch.layout import TaskSpec, build_cluster, task_environment
@@ -272,6 +272,8 @@ def _start_tasks(job: _Job, attempt: _Attempt, report: LaunchReport,
         task_env = task_environment(job.base_env, attempt.cluster, task,
                                     num_training_tasks=attempt.local_training,
                                     restart_count=report.result.restarts)
+        if report.failed_at is not None:  # BackupAndRestore says how long before it its backup was saved
+            task_env[FAILED_AT_ENV] = f"{report.failed_at:.3f}"
         columns = router.task_columns(task.name)  # the terminal width less the task's line prefix
         if columns is not None:
             task_env["COLUMNS"] = str(columns)

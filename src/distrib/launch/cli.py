@@ -1,4 +1,4 @@
-"""The ``distrib`` command line: ``distrib launch [options] script.py ARGS...``, ``distrib plot``, ``distrib env``.
+"""The ``distrib`` command line: ``distrib launch [options] TARGET [ARGS...]``, ``distrib plot``, ``distrib env``.
 
 Everything after the script (or after ``-m module``) is passed to the tasks
 untouched, even arguments that look like launcher options. ``distrib`` (or
@@ -177,7 +177,7 @@ def _output_from(text: str) -> str:
 def _add_launch(commands: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     run = commands.add_parser(
         "launch", help="run a script as every task of a local cluster",
-        usage="distrib launch [options] script.py [ARGS...]",
+        usage="distrib launch [options] TARGET [ARGS...]",
         description="Start one process per task on this host, each with its own TF_CONFIG; "
                     "prefix their output with the task's name; stop them all when one fails.",
         epilog=LAUNCH_EXAMPLES, formatter_class=FittedHelpFormatter, allow_abbrev=False)
@@ -254,8 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _launch_options(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> LaunchOptions:
     if ns.target is None:
-        parser.error("no script given: distrib launch [options] script.py [ARGS...] "
-                     "(or -m module [ARGS...])")
+        parser.error("no script given: distrib launch [options] TARGET [ARGS...] "
+                     "(TARGET: script.py, or -m module)")
     check_multinode(ns, parser)
     return LaunchOptions(
         target=ns.target, args=list(ns.args), module=ns.module, workers=ns.workers,

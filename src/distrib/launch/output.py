@@ -29,7 +29,7 @@ Whose standard output is written (``stdout_from``: the task names
 applies to the terminal or stream only: every task's standard error is
 written, captured output keeps everything, and ``logs``
 (`distrib.launch.output_logs.TaskLogs`) get every line of every task. In live
-mode the launcher's own lines are wrapped at the terminal's width.
+mode long lines are folded at the terminal's width (between words, each row prefixed).
 
 Example:
     >>> import io
@@ -133,6 +133,7 @@ class OutputRouter:
         self._stdout_from = stdout_from
         self._logs = logs
         self._log_failure_said = False
+        self._bars: set = set()  # (task, stream) whose unfinished line is redrawn with \r: a progress bar
         self.live = not self._capture and _isatty(self._destination("stdout"))
 
     @property
@@ -172,17 +173,30 @@ class OutputRouter:
                 rest = ""
             if self.live and "\r" in rest[:-1]:
                 rest = rest[rest.rfind("\r", 0, len(rest) - 1) + 1:]
+                self._bars.add(key)  # redrawn in place: a progress bar
             if rest:
                 self._partial[key] = rest
                 if self.live and _visible(rest) and self._shown(key):
                     self._draw_open(key)
 
     def task_end(self, name: str, stream: str) -> None:
-        """The task closed ``stream``: an unfinished last line is written as a line."""
+        """The task closed ``stream``: an unfinished last line is written as a line.
+
+        In live mode a progress bar the task left unfinished (it died, or was stopped) is
+        cleared from the screen instead of kept under what followed; the log files keep it.
+        """
+        key = (name, stream)
         with self._lock:
-            rest = self._partial.pop((name, stream), "")
-            if rest:
-                self._line((name, stream), rest)
+            rest = self._partial.pop(key, "")
+            if rest and self.live and key in self._bars:
+                self._bars.discard(key)
+                if self._logs is not None:
+                    self._logs.task_line(name, rest)
+                if self._open == key:
+                    self._open = None
+                    self._write(_CLEAR_ROW, self._destination(stream))
+            elif rest:
+                self._line(key, rest)
 
     def task_line(self, name: str, stream: str, text: str) -> None:
         """Emit one whole line (without its newline) that task ``name`` wrote to ``stream``."""
@@ -265,13 +279,23 @@ class OutputRouter:
         elif not self._shown(key):
             return
         elif self.live:
+            self._bars.discard(key)
+            shown = self._fitted(prefix, _visible(text))
             if self._open == key:
                 self._open = None
-                self._write(_CLEAR_ROW + prefix + _visible(text) + "\n", self._destination(stream))
+                self._write(_CLEAR_ROW + shown + "\n", self._destination(stream))
             else:
-                self._write_above(prefix + _visible(text) + "\n", self._destination(stream))
+                self._write_above(shown + "\n", self._destination(stream))
         else:
             self._write(prefix + text.replace("\r", "\r" + prefix) + "\n", self._destination(stream))
+
+    def _fitted(self, prefix: str, text: str) -> str:
+        """A task's line folded at the terminal's width (live mode), every row with the task's prefix."""
+        columns = self._terminal_columns()
+        if columns is None or len(prefix) + len(text) <= columns:
+            return prefix + text
+        rows = wrap_to_width(text, max(columns - len(prefix), _MIN_TASK_COLUMNS)).split("\n")
+        return "\n".join(prefix + row for row in rows)
 
     def _draw_open(self, key: Tuple[str, str]) -> None:
         self._open = key

@@ -31,6 +31,9 @@ class LaunchReport:
         self.router = router
         self.timeout = timeout
         self.result = LaunchResult(returncode=EXIT_TASK_FAILED)
+        self._began = time.monotonic()
+        #: When the last failed attempt was found to have failed (``time.time()``), for the restarted tasks.
+        self.failed_at: Optional[float] = None
 
     def log(self, message: str) -> None:
         self.router.launcher_line(PREFIX + message)
@@ -39,6 +42,18 @@ class LaunchReport:
         self.result.outputs = self.router.outputs()
         self.result.output = self.router.combined()
         return self.result
+
+    @staticmethod
+    def success_line(seconds: float, restarts: int) -> str:
+        """The closing line of a launch whose tasks all finished.
+
+        Example:
+            >>> LaunchReport.success_line(83.4, 1)
+            'every task finished (exit code 0) after 1 min 23 s, 1 restart'
+        """
+        took = f"{int(seconds) // 60} min {int(seconds) % 60} s" if seconds >= 60 else f"{seconds:.1f} s"
+        again = f", {restarts} restart{'s' if restarts != 1 else ''}" if restarts else ""
+        return f"every task finished (exit code 0) after {took}{again}"
 
     def last_error(self, task: TaskSpec, returncode: int) -> Optional[str]:
         """The task's last stderr line: distrib's one-line error or the traceback's last line."""
@@ -54,6 +69,7 @@ class LaunchReport:
         """The result of an attempt that ended the launch: success, a signal or the timeout."""
         if outcome.kind == "success":
             self.result.returncode = 0
+            self.log(self.success_line(time.monotonic() - self._began, self.result.restarts))
             return self.finish()
         if outcome.kind == "signal":
             return self._signalled(outcome.signum or 0, stopped)

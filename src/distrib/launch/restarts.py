@@ -37,6 +37,7 @@ def restart_after_failure(outcome: Outcome, stopped: List[TaskSpec], report: Lau
     said = f"{failure} ({cause})" if cause and not preempted else failure
     restarting = _count_restart(report.result, preempted, max_restarts)
     if restarting:
+        report.failed_at = outcome.at
         report.log(f"{said}; {restarting}")
         return True
     report.log(f"{said}; {_others(len(stopped))}{_giving_up(preempted, max_restarts)}")

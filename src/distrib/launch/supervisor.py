@@ -90,6 +90,8 @@ class Outcome:
     task: Optional[TaskSpec] = None
     returncode: Optional[int] = None
     signum: Optional[int] = None
+    #: When the launcher saw it (``time.time()``), before stopping the other tasks.
+    at: float = field(default_factory=time.time)
 
 
 @dataclass

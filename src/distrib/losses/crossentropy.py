@@ -113,10 +113,30 @@ def _sparse_with_mask(y_true: Any, y_pred: Any, from_logits: bool, ignore_class:
 _NO_CLASS = -(1 << 63)
 
 
+#: Whether this torch's CPU ``nll_loss`` kernel takes a dtype (torch 2.3 has none for float16), probed once.
+_CPU_NLL_KERNEL: dict[torch.dtype, bool] = {}
+
+
+def _has_nll_kernel(log_probs: torch.Tensor) -> bool:
+    """Whether ``F.nll_loss`` runs on ``log_probs``' device and dtype (only CPU kernels are probed)."""
+    if log_probs.device.type != "cpu":
+        return True
+    dtype = log_probs.dtype
+    if dtype not in _CPU_NLL_KERNEL:
+        try:
+            F.nll_loss(torch.zeros(1, 1, dtype=dtype), torch.zeros(1, dtype=torch.long), reduction="none")
+            _CPU_NLL_KERNEL[dtype] = True
+        except RuntimeError:  # '"nll_loss_out_frame" not implemented for 'Half'' at torch 2.3
+            _CPU_NLL_KERNEL[dtype] = False
+    return _CPU_NLL_KERNEL[dtype]
+
+
 def _gather_nll(labels: torch.Tensor, pred: torch.Tensor, from_logits: bool, who: str) -> torch.Tensor:
+    """``-log p[label]`` per row: ``nll_loss``'s one kernel where this torch has it, else the gather
+    (the same values in the same dtype; see docs/compatibility.md)."""
     log_probs = _log_probs(pred, from_logits)
     try:
-        if log_probs.dim() == 2:  # the same values as the gather below, in one kernel
+        if log_probs.dim() == 2 and _has_nll_kernel(log_probs):  # the gather's values, one kernel
             return F.nll_loss(log_probs, labels, reduction="none", ignore_index=_NO_CLASS)
         return -log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     except (RuntimeError, IndexError):

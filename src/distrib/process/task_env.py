@@ -11,7 +11,7 @@ Example:
 """
 from __future__ import annotations
 
-__all__ = ["ELASTIC_ENV", "JOIN_ENV", "GROW_ENV", "START_ENV", "LEFT_DIR_ENV", "LAUNCHER_STORE_ENV"]
+__all__ = ["ELASTIC_ENV", "JOIN_ENV", "GROW_ENV", "START_ENV", "LEFT_DIR_ENV", "LAUNCHER_STORE_ENV", "FAILED_AT_ENV"]
 
 #: ``1`` turns elastic recovery on in a task (``distrib launch --elastic`` sets it).
 ELASTIC_ENV = "DISTRIB_ELASTIC"
@@ -34,3 +34,7 @@ LEFT_DIR_ENV = "DISTRIB_ELASTIC_LEFT_DIR"
 #: Set (to ``1``) by ``distrib launch --elastic`` on the node that runs the chief: the launcher hosts the job's
 #: store at the chief's address, so the chief connects to it as every task does and the store outlives it.
 LAUNCHER_STORE_ENV = "DISTRIB_LAUNCHER_STORE"
+
+#: When the launcher found the last attempt failed (``time.time()``, set in the tasks of a restarted
+#: group): `distrib.callbacks.BackupAndRestore` says how long before it the backup it resumes from was saved.
+FAILED_AT_ENV = "DISTRIB_FAILED_AT"

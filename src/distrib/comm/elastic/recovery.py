@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from distrib import hooks
 from distrib.comm.errors import DistribCommError, first_line
+from distrib.comm.process_group import init_process_group
 
 __all__ = ["ElasticRecoveryError", "Member", "form_generation", "rebuild_groups", "broadcast_payload",
            "join_generation", "agreed_backend"]
@@ -138,7 +139,7 @@ def rebuild_groups(store: Any, gen: int, rank: int, world: int, backend: str, ti
     pg_timeout = timedelta(seconds=timeout)
     pg_store = dist.PrefixStore(f"g{gen}/pg", _store(store))
     with hooks.excepthook_kept():  # not one more "[rank<N>]:" prefixer per generation
-        dist.init_process_group(backend, store=pg_store, rank=rank, world_size=world, timeout=pg_timeout)
+        init_process_group(backend, None, store=pg_store, rank=rank, world_size=world, timeout=pg_timeout)
     return dist.group.WORLD, dist.new_group(backend="gloo", timeout=pg_timeout)
 
 
