@@ -56,6 +56,7 @@ from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.replica_state import ReplicaState
 from distrib.comm.elastic import elastic_enabled
+from distrib.comm.elastic_abilities import elastic_abilities
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -157,7 +158,8 @@ class BackupAndRestore(Callback):
         """When the step's vote asks for a snapshot: the chief decides (`distrib.comm.elastic.snapshot_policy`:
         at most every `snapshot_every` steps, sooner when the log grew large, the job changed size or a
         joiner waits) and every replica, a replaying one too, reads the same answer."""
-        return self._strategy().collective.snapshot_wanted()
+        elastic = elastic_abilities(self._strategy().collective)
+        return elastic is not None and elastic.snapshot_wanted()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():

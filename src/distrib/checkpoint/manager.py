@@ -65,6 +65,7 @@ from distrib.checkpoint.fs import check_backend
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.strategies.checkpoint_role import CheckpointRole
 
 __all__ = ["CheckpointManager", "INDEX_FILE", "PEER_SNAPSHOT"]
@@ -325,9 +326,10 @@ class CheckpointManager:
         self._keep_snapshot(resolve_role(self._strategy, "CheckpointManager.keep_snapshot"))
 
     def _keep_snapshot(self, role: CheckpointRole) -> None:
-        role.collective.keep_snapshot(  # the state is serialised if ever sent
-            lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
-        if role.collective.elastic:
+        elastic = elastic_abilities(role.collective)
+        if elastic is not None:
+            elastic.keep_snapshot(  # the state is serialised if ever sent
+                lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
@@ -364,11 +366,12 @@ class CheckpointManager:
         path = self._latest
         if role.multi_replica:
             path = role.collective.broadcast_json(path)
-        snapshot = role.collective.take_snapshot()
-        if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
+        elastic = elastic_abilities(role.collective)
+        snapshot = elastic.take_snapshot() if elastic is not None else None
+        if elastic is not None and snapshot is not None:  # a replacement: the survivors' state, not the stored one
             self._snapshot_checkpoint.load_state_dict_for(loads_state(snapshot, name="a survivor's in-memory snapshot"),
                                                           role)
-            role.collective.snapshot_restored()
+            elastic.snapshot_restored()
             path = PEER_SNAPSHOT
         elif path is not None:
             path = self._restored(role, self._checkpoint.restore_for(role, path).path)

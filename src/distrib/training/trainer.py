@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
 
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.training.call_checks import (check_scope, check_steps, hint_if_alone_on_a_busy_machine,
                                           require_compiled, unreplicated_training)
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
@@ -283,13 +284,15 @@ class Trainer:
                 x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                 sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                 validation_split=validation_split, validation_steps=validation_steps)
-            collective = self.strategy.collective
-            collective.add_resize_listener(self._fold_metrics)  # elastic: leavers' metric sums stay in the job
+            elastic = elastic_abilities(self.strategy.collective)
+            if elastic is not None:
+                elastic.add_resize_listener(self._fold_metrics)  # leavers' metric sums stay in the job
             try:
                 return run_fit(self, executor, train, validation, epochs=epochs, initial_epoch=initial_epoch,
                                validation_freq=validation_freq, callbacks=callbacks, verbose=verbose)
             finally:
-                collective.remove_resize_listener(self._fold_metrics)
+                if elastic is not None:
+                    elastic.remove_resize_listener(self._fold_metrics)
 
     def _fold_metrics(self, leaving: List[bool]) -> None:
         model_state.fold_metrics(self)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
+from distrib.comm.elastic_abilities import ElasticAbilities
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.execution.step_plan import StepPlan, plan_for
@@ -191,7 +192,9 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not loop.strategy.collective.replaying_before_it_joined():  # an elastic joiner: the members counted these
+    collective = loop.strategy.collective
+    if not (isinstance(collective, ElasticAbilities) and collective.replaying_before_it_joined()):
+        # (an elastic joiner replaying the steps before its admission: the members counted these)
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss
