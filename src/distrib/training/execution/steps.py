@@ -27,7 +27,7 @@ from distrib.training.execution.step_plan import StepPlan, plan_for
 from distrib.utils.nest import flatten, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.execution.loop_host import LoopHost
+    from distrib.training.execution.trainer_state import TrainerState
 
 __all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step", "predict_step", "regularization_loss",
            "wrap_for_loss_scaling", "apply_variable_dtype"]
@@ -82,7 +82,7 @@ def _to_device(plan: StepPlan, value: Any) -> Any:
                          if isinstance(t, torch.Tensor) and t.device != device else t, value)
 
 
-def call_module(loop: "LoopHost", x: Any) -> Any:
+def call_module(loop: "TrainerState", x: Any) -> Any:
     """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
 
     A Keras 3 model (torch backend) also gets ``training=`` from the module's
@@ -94,7 +94,7 @@ def call_module(loop: "LoopHost", x: Any) -> Any:
     return _call_with_policy(loop, plan, _prepare_x(plan, x))
 
 
-def _call_with_policy(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
+def _call_with_policy(loop: "TrainerState", plan: StepPlan, x: Any) -> Any:
     if plan.autocast is None:
         return _call(loop, plan, x)
     device_type, dtype = plan.autocast
@@ -104,7 +104,7 @@ def _call_with_policy(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
                          and t.dtype != torch.float32 else t, out)
 
 
-def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
+def _call(loop: "TrainerState", plan: StepPlan, x: Any) -> Any:
     module = loop.module
     phase = {"training": bool(module.training)} if plan.takes_training else {}
     try:
@@ -122,7 +122,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
                          "(check the input shape the module expects)") from e
 
 
-def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
+def regularization_loss(loop: "TrainerState") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
     losses = getattr(loop.module, "losses", None)  # duck-typed user module: Keras layers have losses, torch modules not
     if losses is None:
@@ -138,7 +138,7 @@ def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
     return total
 
 
-def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
+def _loss(loop: "TrainerState", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
     if y is None:
         raise ValueError("fit/evaluate got batches without targets: give y (or a dataset of (x, y) pairs)")
     try:
@@ -154,19 +154,19 @@ def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int
     return loss
 
 
-def train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def train_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _train_step(loop, data, global_batch_size)
 
 
-def forward_and_loss(loop: "LoopHost", x: Any, y: Any, sw: Any,
+def forward_and_loss(loop: "TrainerState", x: Any, y: Any, sw: Any,
                      global_batch_size: int) -> Tuple[Any, torch.Tensor]:
     """``(module(x), loss)`` of inputs already on the device: what ``jit_compile=True`` compiles."""
     y_pred = _call_with_policy(loop, loop.step_plan or plan_for(loop), x)
     return y_pred, _loss(loop, y, y_pred, sw, global_batch_size)
 
 
-def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
+def _forward_and_loss(loop: "TrainerState", plan: StepPlan, data: Any,
                       global_batch_size: int) -> Tuple[Any, Any, Any, torch.Tensor]:
     """``(y, sample_weight, y_pred, loss)`` of a batch, compiled where the model asked for it."""
     x, y, sw = unpack(data)
@@ -178,7 +178,7 @@ def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
     return y, sw, y_pred, loss
 
 
-def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def _train_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
     y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
     scaler = plan.scaler
@@ -213,7 +213,7 @@ def apply_variable_dtype(module: torch.nn.Module) -> None:
         module.to(dtype)
 
 
-def wrap_for_loss_scaling(loop: "LoopHost") -> Any:
+def wrap_for_loss_scaling(loop: "TrainerState") -> Any:
     """At compile: under ``mixed_float16`` wrap ``loop.optimizer`` in a `LossScaleOptimizer` (Keras does);
     returns the loop's `LossScaleOptimizer` or None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
@@ -226,12 +226,12 @@ def wrap_for_loss_scaling(loop: "LoopHost") -> Any:
     return loop.optimizer
 
 
-def test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def test_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _test_step(loop, data, global_batch_size)
 
 
-def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def _test_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
     with torch.no_grad():
         y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
@@ -240,12 +240,12 @@ def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Ten
     return loss
 
 
-def predict_step(loop: "LoopHost", x: Any) -> Any:
+def predict_step(loop: "TrainerState", x: Any) -> Any:
     with torch.no_grad():
         return call_module(loop, x)
 
 
-def _update_metrics(loop: "LoopHost", y: Any, y_pred: Any, sw: Any) -> None:
+def _update_metrics(loop: "TrainerState", y: Any, y_pred: Any, sw: Any) -> None:
     metrics = loop.compiled_metrics
     if metrics is None or metrics.empty:
         return
