@@ -40,6 +40,7 @@ from distrib.checkpoint.fs import url_to_fs
 from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
 from distrib.checkpoint.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
                                          state_dict_metadata, unsupported)
+from distrib.utils.nest import is_namedtuple
 
 __all__ = [
     "FORMAT_VERSION",
@@ -158,7 +159,7 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+    if isinstance(value, (list, tuple)) and not is_namedtuple(value):
         old_items = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else [None] * len(value)
         items = [_copy(v, f"{path}/{i}", old_items[i]) for i, v in enumerate(value)]
         return tuple(items) if isinstance(value, tuple) else items

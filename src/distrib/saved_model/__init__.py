@@ -48,6 +48,7 @@ from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_opt
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
 from distrib.checkpoint.chief_directory import NestedState, write_directory
 from distrib.utils.public_names import public_dir
+from distrib.errors import first_line
 
 __all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
            "LoadOptions",
@@ -147,7 +148,7 @@ def _export(module: torch.nn.Module, specs: List[TensorSpec], where: str) -> Any
         with torch.no_grad():
             return torch.export.export(module, examples, dynamic_shapes=dynamic, strict=False)
     except Exception as e:  # torch.export raises many types; one line is what the user needs
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        first = first_line(e, limit=300)
         raise ExportError(f"{where}: torch.export cannot trace {type(module).__name__} for inputs {specs} "
                           f"({type(e).__name__}: {first}); make forward traceable (no data-dependent Python "
                           "control flow) or fix the input signature") from e
@@ -307,7 +308,7 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
                                                       state["constants"]))
         module = program_obj.module()
     except Exception as e:  # torch's deserialiser raises many types
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        first = first_line(e, limit=300)
         raise UnsafeProgramError(f"{where}: torch cannot rebuild the exported program ({type(e).__name__}: "
                                  f"{first}); was it exported by torch {torch.__version__}?") from e
     return LoadedModel(ConcreteFunction(module, specs, outputs, where), export_dir)

@@ -25,6 +25,7 @@ from distrib.training.saving.architecture import rebuild
 from distrib.training.saving.model_save import CONFIG_NAME, FORMAT, STATE_NAME
 from distrib.training.saving.registry import resolve_builder
 from distrib.training.saving.serialization import SerializationError, from_spec, import_by_path
+from distrib.errors import first_line
 
 __all__ = ["load_model"]
 
@@ -103,13 +104,13 @@ def _restore_module(module: torch.nn.Module, weights: Dict[str, torch.Tensor], w
         try:
             keras_io.assign_keras_weights(module, weights, where)
         except ValueError as e:
-            raise SerializationError(f"{str(e).splitlines()[0]}; check the builder and its arguments") from None
+            raise SerializationError(f"{first_line(e)}; check the builder and its arguments") from None
         return
     try:
         module.load_state_dict(weights)
     except RuntimeError as e:
         raise SerializationError(f"{where}: the rebuilt module does not match the saved "
-                                 f"weights ({str(e).splitlines()[0]}); check the builder and its arguments") from e
+                                 f"weights ({first_line(e)}); check the builder and its arguments") from e
 
 
 def _builder(config: Dict[str, Any], override: Any, filepath: str, custom_objects: Optional[Dict[str, Any]],

@@ -24,7 +24,7 @@ from distrib.comm.elastic_abilities import ElasticAbilities
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.execution.step_plan import StepPlan, plan_for
-from distrib.utils.nest import flatten, map_structure
+from distrib.utils.nest import flatten, is_namedtuple, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.training.execution.trainer_state import TrainerState
@@ -35,7 +35,7 @@ __all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step
 
 def unpack(data: Any) -> Tuple[Any, Any, Any]:
     """``(x, y, sample_weight)`` from a batch: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``."""
-    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+    if isinstance(data, (list, tuple)) and not is_namedtuple(data):
         if len(data) == 1:
             return data[0], None, None
         if len(data) == 2:
@@ -112,7 +112,7 @@ def _call(loop: "TrainerState", plan: StepPlan, x: Any) -> Any:
             return module(x, **phase)
         if isinstance(x, dict):
             return module(**x, **phase)
-        if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        if isinstance(x, (list, tuple)) and not is_namedtuple(x):
             return module(*x, **phase)
         return module(x, **phase)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
