@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import inspect
 from typing import Any, Callable, List, Optional
 
 import torch
@@ -102,7 +103,8 @@ def _declare_abstract(interface: type) -> None:
     """Make ``interface`` uninstantiable, and a subclass built by ``abc.ABCMeta`` (every `Collective`)
     uninstantiable until it implements each of its abstract methods."""
     interface.__abstractmethods__ = frozenset(  # type: ignore[attr-defined]
-        name for name, value in vars(interface).items() if getattr(value, "__isabstractmethod__", False))
+        name for name, value in vars(interface).items()
+        if inspect.isfunction(value) and value.__dict__.get("__isabstractmethod__", False))
 
 
 _declare_abstract(ElasticAbilities)
