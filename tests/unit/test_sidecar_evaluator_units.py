@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import distrib
-from distrib.checkpoint.storage import MARKER_NAME, CheckpointWarning
+from distrib.checkpoint.files.storage import MARKER_NAME, CheckpointWarning
 from distrib.train import Checkpoint, CheckpointManager
 from distrib.training.sidecar.evaluator import SidecarEvaluatorError
 from distrib.training.sidecar.state import SidecarStateError

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from distrib.callbacks._chief import model_strategy
 from distrib.callbacks.callback import Callback
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import Checkpoint
-from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.files.fs import check_backend
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart

@@ -3,7 +3,7 @@
 Layout of ``directory`` (the chief's; other workers never write into it)::
 
     checkpoint        JSON index (atomic replace): latest, kept, preserved, timestamps
-    ckpt-7/           one atomic checkpoint directory (see `distrib.checkpoint.storage`)
+    ckpt-7/           one atomic checkpoint directory (see `distrib.checkpoint.files.storage`)
     ckpt-8/
 
 The listing, not the index, decides what exists: `latest_checkpoint` is the
@@ -56,14 +56,14 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.agreement import AgreementError, chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
-from distrib.checkpoint.format import freeze_state, loads_state
-from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.files.format import freeze_state, loads_state
+from distrib.checkpoint.files.fs import check_backend
 from distrib.checkpoint.options import CheckpointOptions
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
 from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.strategies.checkpoint_role import CheckpointRole

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, 
 import numpy as np
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.data.structure import TensorSpec
 from distrib.errors import DistribError
 from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
@@ -278,7 +278,7 @@ def load(export_dir: Union[str, Any], tags: Any = None, options: Any = None) -> 
     """Load what `save` wrote (verified, checked, never unpickled); returns a `LoadedModel`.
 
     Raises:
-        distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged export.
+        distrib.checkpoint.files.storage.CorruptCheckpointError: incomplete or damaged export.
         UnsafeProgramError: the program uses something distrib does not load from files.
     """
     del tags

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.saved_model.options import check_load_options
 from distrib.training.model import Model
 from distrib.training.saving import keras_io
@@ -54,8 +54,8 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
         options: a `distrib.saved_model.LoadOptions` (accepted; see its docs).
 
     Raises:
-        distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged save.
-        distrib.checkpoint.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
+        distrib.checkpoint.files.storage.CorruptCheckpointError: incomplete or damaged save.
+        distrib.checkpoint.files.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
         distrib.training.saving.serialization.SerializationError: the module cannot be rebuilt (one line
             naming the class or builder).
     """

@@ -45,7 +45,7 @@ class Snapshots:
         """Keep ``state()`` as the newest snapshot (every task calls it).
 
         ``state()`` returns a checkpoint's bytes, or an object whose ``bytes()``
-        are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
+        are those bytes (a `distrib.checkpoint.files.format.FrozenState`: serialised
         only if a replacement or joiner is sent it).
         """
         self._drain()

@@ -1,7 +1,7 @@
 """A model's restorable state: module, optimizer and metric states; weights as numpy arrays.
 
 ``Model.state_dict()`` holds tensors and plain values only (what
-`distrib.checkpoint.format` saves without pickle)::
+`distrib.checkpoint.files.format` saves without pickle)::
 
     {"module": module.state_dict(), "optimizer": optimizer.state_dict() or None,
      "metrics": {"loss": {...}, "<metric name>": {...}}, "metrics_aggregated": bool}
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import numpy as np
 import torch
 
-from distrib.checkpoint.inplace_restore import verbatim_tensors
+from distrib.checkpoint.files.inplace_restore import verbatim_tensors
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure

@@ -44,10 +44,10 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import numbered_checkpoints
-from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
+from distrib.checkpoint.files.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.errors import DistribError, first_line
 from distrib.training.sidecar.state import STATE_FILE as SIDECAR_STATE_FILE
 from distrib.training.sidecar.state import SidecarState

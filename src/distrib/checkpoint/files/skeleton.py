@@ -4,7 +4,7 @@
 and scalars, plain leaves) into a JSON-able skeleton and the tensors it names;
 `decode_skeleton` rebuilds the state from them and refuses, with one line,
 anything the encoder would not have written (no code runs on load).
-`distrib.checkpoint.format` puts both in one safetensors file.
+`distrib.checkpoint.files.format` puts both in one safetensors file.
 """
 from __future__ import annotations
 

@@ -36,9 +36,9 @@ from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
 from distrib.checkpoint.errors import UnsafeFileError
-from distrib.checkpoint.fs import url_to_fs
-from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
-from distrib.checkpoint.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
+from distrib.checkpoint.files.fs import url_to_fs
+from distrib.checkpoint.files.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
+from distrib.checkpoint.files.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
                                          state_dict_metadata, unsupported)
 from distrib.utils.nest import is_namedtuple
 
@@ -237,9 +237,9 @@ def save_state(state: Any, path_or_url: str) -> None:
     """Write ``state`` to one safetensors file at a local path or fsspec URL, a tensor at a time.
 
     The state is never serialised whole in memory: each tensor goes from its
-    own memory to the file (see `distrib.checkpoint.safetensors_io`). This
+    own memory to the file (see `distrib.checkpoint.files.safetensors_io`). This
     writes in place; for crash safety write inside
-    `distrib.checkpoint.storage.AtomicDirectory` instead.
+    `distrib.checkpoint.files.storage.AtomicDirectory` instead.
 
     Raises:
         TypeError: a leaf, key or tensor type is not supported; the message names it.
