@@ -12,12 +12,11 @@ From Python::
     print(result.returncode, result.outputs["worker 1"])
     launch("train.py", config=LaunchConfig(workers=2, max_restarts=1))  # the options as one object
 
-Modules: `config` (`LaunchConfig`, shared with the command line), `layout` (which tasks, their ``TF_CONFIG`` and environment),
-`output` (prefixed lines), `supervisor` (one attempt), `signals` (launcher
-signals), `api` (restarts, the public function), `cli` (the command line),
-`result`. Starting one process, free ports and exit codes live one layer
-below, in `distrib.process` (shared with the strategies' local replicas);
-`ports` and `exit_codes` here are aliases of those modules for old imports.
+Modules: `config` (`LaunchConfig`, shared with the command line), `layout`
+(tasks, ``TF_CONFIG``, environment), `output`, `supervisor` (one attempt),
+`signals`, `api` (restarts, the public function), `cli`, `result`. Starting a
+process, free ports and exit codes live below, in `distrib.process`
+(`ports` and `exit_codes` here are aliases for old imports).
 """
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
 from distrib.launch.config import LaunchConfig

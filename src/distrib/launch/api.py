@@ -8,18 +8,14 @@ Example:
         sorted(result.outputs)     # ['worker 0', 'worker 1']
         result.outputs["worker 1"] # everything worker 1 printed
 
-    With ``max_restarts=2``, a task that crashes makes the launcher stop the
-    others and start the whole group again (fresh ports, fresh ``TF_CONFIG``,
-    ``DISTRIB_RESTART_COUNT`` one higher), at most twice; a task that exits
-    with `RESTART_EXIT_CODE` (preempted, checkpoint saved) restarts the group
-    without using up one of those two.
+    With ``max_restarts=2``, a task that crashes restarts the whole group (fresh
+    ports and ``TF_CONFIG``) at most twice; one that exits with `RESTART_EXIT_CODE`
+    (preempted, checkpoint saved) restarts it without using up one of those.
 
-`launch` reads top to bottom in stages: resolve the layout (`resolve_layout`,
-`check_arguments`, `base_environment`), give the tasks' store its secret
-(`job_secret`; these in `distrib.launch.launch_plan`), then per attempt pick
-ports (`_pick_ports`), start the tasks (`_start_tasks`), supervise them
-(`_supervise`), decide on a restart (`distrib.launch.restarts`), and report
-(`distrib.launch.report`).
+`launch` reads in stages: the layout, checks and environment (with the
+store's secret: `distrib.launch.launch_plan`), then per attempt pick ports,
+start the tasks, supervise them, decide on a restart
+(`distrib.launch.restarts`) and report (`distrib.launch.report`).
 """
 from __future__ import annotations
 

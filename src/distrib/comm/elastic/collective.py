@@ -10,10 +10,8 @@ survivors never repeat a step; the replacement re-executes from the snapshot
 with every collective answered from the log until it reaches the survivors,
 so it computes exactly what the lost task computed.
 
-It holds its parts, each built with what it needs: the log (`OpLog`), the
-reductions in flight (`distrib.comm.elastic.inflight.InFlight`: the gradient
-buckets stay asynchronous, completed and numbered in the order they were
-issued) and who is in the job (`distrib.comm.elastic.membership.Membership`).
+It holds its parts, each built with what it needs (docs/elastic.md): the
+log, the reductions in flight, the snapshots and who is in the job.
 
 Example (what the survivors print when worker 2 is SIGKILLed)::
 

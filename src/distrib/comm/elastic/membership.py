@@ -5,17 +5,10 @@ voted once (`distrib.comm.elastic.resize.vote_entries`): who leaves, which
 waiting joiners the chief admits, whether to keep a snapshot. The vote rides
 in the step's last gradient bucket (a `distrib.comm.step_flag.StepRider`), so
 it costs no message of its own; a step without a gradient reduction votes with
-one small all-reduce. Nothing changes until the next step reads
-its input or starts (`apply_pending_resize`), so the program's own use of the
-step's results still has every replica. Then leavers exit with status 0, and
-the others (with any joiners) build the next generation's process groups,
-ranked in task order; a joiner receives the chief's newest snapshot and log
-and catches up as a replacement does.
-
-Ranks are dense (``0..world-1``) in the groups; heartbeats, done flags and
-names stay keyed by each task's rank in the cluster (its *task*), which
-`Membership.tasks` maps to. What it uses of its collective is typed by
-`MembershipHost`.
+one small all-reduce. Nothing changes until the next step starts
+(`apply_pending_resize`); then leavers exit with status 0 and the others
+(with any joiners, who catch up as a replacement does) form the next
+generation, ranked in task order (`Membership.tasks`: each rank's task).
 
 Example (3 workers; worker 1 leaves after step 10, comes back and is admitted after step 13)::
 
