@@ -28,7 +28,7 @@ def is_namedtuple(value: Any) -> bool:
 def map_structure(fn: Callable[[Any], Any], value: Any) -> Any:
     if isinstance(value, dict):
         return type(value)((k, map_structure(fn, v)) for k, v in value.items())
-    if isinstance(value, tuple) and is_namedtuple(value):
+    if isinstance(value, tuple) and type(value) is not tuple and is_namedtuple(value):  # (a plain tuple asks nothing)
         return type(value)(*(map_structure(fn, v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(map_structure(fn, v) for v in value)

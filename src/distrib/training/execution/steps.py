@@ -33,9 +33,13 @@ __all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step
            "wrap_for_loss_scaling", "apply_variable_dtype"]
 
 
+#: A batch of exactly these types is no namedtuple (asked without a call: this runs every step).
+_PLAIN_SEQUENCES = (tuple, list)
+
+
 def unpack(data: Any) -> Tuple[Any, Any, Any]:
     """``(x, y, sample_weight)`` from a batch: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``."""
-    if isinstance(data, (list, tuple)) and not is_namedtuple(data):
+    if isinstance(data, (list, tuple)) and (type(data) in _PLAIN_SEQUENCES or not is_namedtuple(data)):
         if len(data) == 1:
             return data[0], None, None
         if len(data) == 2:
