@@ -137,7 +137,7 @@ def summarize(csv_path: str, warmup: float, end: float) -> List[str]:
 
 
 def _finals(out: str):
-    from distrib.checkpoint.format import load_state
+    from distrib.checkpoint.files.format import load_state
     return [load_state(os.path.join(out, f"final-{t}.safetensors")) for t in range(WORKERS)]
 
 

@@ -35,7 +35,7 @@ import time
 from types import TracebackType
 from typing import Mapping, Optional, Type
 
-from distrib.errors import DistribError
+from distrib.errors import DistribError, first_line
 
 __all__ = ["excepthook", "is_cluster_task", "task_label", "one_line", "short_cause", "verbose",
            "VERBOSE_HINT"]
@@ -78,8 +78,7 @@ def task_label(environ: Optional[Mapping[str, str]] = None) -> str:
 
 def one_line(error: BaseException, label: str) -> str:
     """``distrib: <task>: <ErrorClass>: <first line of the message>``."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    message = lines[0] if lines else "(no message)"
+    message = first_line(error) if str(error).strip() else "(no message)"
     if len(message) > _MAX_CHARS:
         message = message[:_MAX_CHARS] + "..."
     return f"distrib: {label}: {type(error).__name__}: {message}"

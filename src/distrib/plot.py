@@ -38,7 +38,7 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from distrib.errors import DistribError
+from distrib.errors import DistribError, first_line
 from distrib.utils.optional import require
 from distrib.utils.public_names import public_dir
 
@@ -177,7 +177,7 @@ def read_history_file(path: Union[str, "os.PathLike[str]"]) -> Series:
     try:
         data = json.loads(_read_text(target))
     except (ValueError, RecursionError) as exc:
-        raise PlotError(f"{target}: not valid JSON ({str(exc).splitlines()[0][:200]})") from None
+        raise PlotError(f"{target}: not valid JSON ({first_line(exc, limit=200)})") from None
     if isinstance(data, Mapping) and isinstance(data.get("history"), Mapping):
         logs, epochs = data["history"], data.get("epoch", [])
     else:

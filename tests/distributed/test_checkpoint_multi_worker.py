@@ -84,7 +84,8 @@ def save_with_failing_worker(directory):
     import torch
 
     import distrib
-    from distrib.checkpoint import CheckpointSaveError, storage
+    from distrib.checkpoint import CheckpointSaveError
+    from distrib.checkpoint.files import storage
 
     strategy = distrib.MultiWorkerMirroredStrategy()
     if strategy.replica_id == 1:
@@ -147,8 +148,9 @@ def save_in_the_background(directory, fail_on_replica):
     import torch
 
     import distrib
-    from distrib.checkpoint import CheckpointSaveError, storage
-    from distrib.checkpoint.format import load_state
+    from distrib.checkpoint import CheckpointSaveError
+    from distrib.checkpoint.files import storage
+    from distrib.checkpoint.files.format import load_state
 
     strategy = distrib.MultiWorkerMirroredStrategy()
     options = distrib.train.CheckpointOptions(enable_async=True)

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.launch import launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

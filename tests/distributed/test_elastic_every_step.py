@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.launch import launch
 from distrib.launch.result import LaunchTimeoutError
 

@@ -11,7 +11,7 @@ restart) and end with the uninterrupted run's weights, bit for bit.
 """
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.launch import launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

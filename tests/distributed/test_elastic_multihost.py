@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.testing.netns import NamespaceHosts, namespaces_available
 
 _REASON = namespaces_available()

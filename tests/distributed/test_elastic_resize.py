@@ -16,7 +16,7 @@ import json
 import pytest
 import torch
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.launch import launch
 from distrib.launch.result import LaunchTimeoutError
 

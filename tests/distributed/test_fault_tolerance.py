@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.checkpoint.preemption import RESTART_EXIT_CODE
 from distrib.testing import run_script
 
@@ -29,7 +29,8 @@ import torch
 import distrib
 from distrib.callbacks.backup_and_restore import BackupAndRestore
 from distrib.callbacks.callback import Callback
-from distrib.checkpoint import save_state, storage
+from distrib.checkpoint import save_state
+from distrib.checkpoint.files import storage
 
 backup_dir, out_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 fault_rank, fault_step, save_freq = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])

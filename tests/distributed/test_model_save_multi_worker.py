@@ -29,7 +29,7 @@ def save_load_continue(path, tmpdir):
         model.compile(optimizer="adam", loss=distrib.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    from distrib.checkpoint import storage
+    from distrib.checkpoint.files import storage
 
     written = []
     original = storage.remove_write_path

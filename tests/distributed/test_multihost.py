@@ -17,7 +17,7 @@ from typing import List
 import numpy as np
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.testing.netns import NamespaceHosts, namespaces_available
 
 pytestmark = pytest.mark.timeout(300)

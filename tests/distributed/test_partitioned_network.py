@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.testing.netns import NamespaceHosts, namespaces_available
 
 _REASON = namespaces_available()

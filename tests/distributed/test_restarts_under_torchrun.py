@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.process.ports import free_port
 
 pytestmark = pytest.mark.timeout(900)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.testing import run_python, run_script
 
 pytestmark = pytest.mark.timeout(600)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint.files.format import load_state
 from distrib.testing import run_python, run_script
 
 ROOT = Path(__file__).resolve().parents[2]

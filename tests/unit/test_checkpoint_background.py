@@ -22,9 +22,10 @@ import torch
 import distrib
 from distrib.callbacks.backup_and_restore import BackupAndRestore
 from distrib.callbacks.model_checkpoint import ModelCheckpoint
-from distrib.checkpoint import Checkpoint, CheckpointManager, CheckpointOptions, CheckpointSaveError, storage
-from distrib.checkpoint.background import BackgroundWrite
-from distrib.checkpoint.format import load_state
+from distrib.checkpoint import Checkpoint, CheckpointManager, CheckpointOptions, CheckpointSaveError
+from distrib.checkpoint.files import storage
+from distrib.checkpoint.files.background import BackgroundWrite
+from distrib.checkpoint.files.format import load_state
 
 pytestmark = pytest.mark.timeout(120)
 ASYNC = CheckpointOptions(enable_async=True)
@@ -134,7 +135,8 @@ def test_options_are_checked():
 _KILLED_MID_WRITE = textwrap.dedent("""
     import sys, threading
     import torch
-    from distrib.checkpoint import Checkpoint, CheckpointManager, CheckpointOptions, storage
+    from distrib.checkpoint import Checkpoint, CheckpointManager, CheckpointOptions
+    from distrib.checkpoint.files import storage
 
     directory = sys.argv[1]
     torch.manual_seed(0)

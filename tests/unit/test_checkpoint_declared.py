@@ -19,7 +19,7 @@ import torch
 
 import distrib
 from distrib.checkpoint import CheckpointWarning
-from distrib.checkpoint import safetensors_io
+from distrib.checkpoint.files import safetensors_io
 from distrib.testing.harness import run_python
 
 pytestmark = pytest.mark.timeout(300)
@@ -213,7 +213,7 @@ def test_a_step_counter_relabelled_float64_is_skipped_not_restored_as_zero(tmp_p
 
 def test_an_exact_widening_cast_restores_and_a_narrowing_one_is_refused(tmp_path):
     """float16 -> float32 holds every value exactly (`EXACT_CASTS`); float64 -> float32 would round."""
-    from distrib.checkpoint.inplace_restore import EXACT_CASTS
+    from distrib.checkpoint.files.inplace_restore import EXACT_CASTS
 
     assert torch.float32 in EXACT_CASTS[torch.float16] and torch.float32 not in EXACT_CASTS.get(torch.float64, ())
     half = torch.nn.Linear(3, 2).half()

@@ -14,7 +14,7 @@ import torch
 
 import distrib
 from distrib.checkpoint import CheckpointWarning, discovery
-from distrib.checkpoint import state_file as state_file_module
+from distrib.checkpoint.files import state_file as state_file_module
 
 pytestmark = pytest.mark.timeout(120)
 

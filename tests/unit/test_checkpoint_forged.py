@@ -21,7 +21,7 @@ from safetensors.torch import save as st_save
 
 import distrib
 from distrib.checkpoint import CheckpointWarning
-from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.files.format import dumps_state, loads_state
 
 STATE = "state.safetensors"
 

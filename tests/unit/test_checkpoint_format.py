@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrib.checkpoint.format import UnsafeFileError, dumps_state, load_state, loads_state, save_state
+from distrib.checkpoint.files.format import UnsafeFileError, dumps_state, load_state, loads_state, save_state
 
 
 def _trained():

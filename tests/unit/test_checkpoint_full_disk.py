@@ -21,9 +21,9 @@ import torch
 import distrib
 from distrib.callbacks.backup_and_restore import BackupAndRestore
 from distrib.callbacks.callback import Callback
-from distrib.checkpoint import safetensors_io, storage
+from distrib.checkpoint.files import safetensors_io, storage
 from distrib.checkpoint.checkpoint import CheckpointSaveError
-from distrib.checkpoint.fs import CheckpointDirectoryError
+from distrib.checkpoint.files.fs import CheckpointDirectoryError
 
 pytestmark = pytest.mark.timeout(180)
 

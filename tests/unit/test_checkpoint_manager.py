@@ -7,9 +7,9 @@ import uuid
 import pytest
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import CheckpointRestoreError, CheckpointSaveError
-from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
+from distrib.checkpoint.files.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.train import Checkpoint, CheckpointManager, Variable, latest_checkpoint
 
 
@@ -222,7 +222,7 @@ def test_pickle_planted_as_checkpoint_is_refused(tmp_path):
         buf = io.BytesIO()
         torch.save(model.state_dict(), buf)
         d.write_bytes("state.safetensors", buf.getvalue())
-    from distrib.checkpoint.format import UnsafeFileError
+    from distrib.checkpoint.files.format import UnsafeFileError
 
     with pytest.warns(CheckpointWarning, match=r"ckpt-1/state\.safetensors: refusing to load a pickle"):
         assert latest_checkpoint(str(tmp_path)) is None  # skipped, nothing older

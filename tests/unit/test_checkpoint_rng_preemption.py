@@ -9,7 +9,7 @@ import torch
 
 from distrib.checkpoint.preemption import RESTART_EXIT_CODE, PreemptionWatcher
 from distrib.checkpoint.rng import RNGState, capture_rng_state
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.train import Checkpoint, PreemptionCheckpointHandler, Variable, latest_checkpoint
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.comm.collective import LocalCollective
-from distrib.checkpoint import storage
-from distrib.checkpoint.storage import AtomicDirectory, CorruptCheckpointError
+from distrib.checkpoint.files import storage
+from distrib.checkpoint.files.storage import AtomicDirectory, CorruptCheckpointError
 
 
 @pytest.fixture(params=["local", "file", "memory"])

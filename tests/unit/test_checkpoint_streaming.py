@@ -17,10 +17,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import load_file as st_load_file
 
 import distrib
-from distrib.checkpoint import Checkpoint, CheckpointWarning, CorruptCheckpointError, storage
-from distrib.checkpoint import state_file as state_file_module
-from distrib.checkpoint.format import dumps_state, load_state, loads_state, save_state
-from distrib.checkpoint.safetensors_io import DTYPES
+from distrib.checkpoint import Checkpoint, CheckpointWarning, CorruptCheckpointError
+from distrib.checkpoint.files import storage
+from distrib.checkpoint.files import state_file as state_file_module
+from distrib.checkpoint.files.format import dumps_state, load_state, loads_state, save_state
+from distrib.checkpoint.files.safetensors_io import DTYPES
 from distrib.testing.harness import run_python
 
 STATE = "state.safetensors"

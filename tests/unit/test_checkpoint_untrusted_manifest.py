@@ -11,16 +11,16 @@ import torch
 
 import distrib
 from distrib.callbacks.backup_and_restore import BackupAndRestore
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.discovery import latest_checkpoint
-from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
+from distrib.checkpoint.files.storage import CheckpointWarning, CorruptCheckpointError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _commit(path, payload=None):
     if payload is None:
-        from distrib.checkpoint.format import dumps_state
+        from distrib.checkpoint.files.format import dumps_state
 
         payload = dumps_state({"x": torch.zeros(2)})  # a real state: latest_checkpoint parses the newest
     with storage.AtomicDirectory(str(path), info={"step": 1}) as d:

@@ -8,8 +8,8 @@ import torch
 
 from distrib import hooks
 from distrib.checkpoint import Checkpoint, CheckpointManager
-from distrib.checkpoint.fs import StorageBackendError
-from distrib.checkpoint.storage import CheckpointNotFoundError
+from distrib.checkpoint.files.fs import StorageBackendError
+from distrib.checkpoint.files.storage import CheckpointNotFoundError
 from distrib.cluster import ClusterConfigError, TFConfigClusterResolver
 from distrib.cluster.tf_config import EmptyTFConfigWarning
 from distrib.launch.cli import main, suggest_option

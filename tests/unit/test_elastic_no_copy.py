@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from distrib.comm.elastic.call_site import call_site
+from distrib.comm.elastic_abilities import ReductionLog
 from distrib.comm.elastic.oplog import OpLog
 from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.resize import read_vote, vote_entries
@@ -71,10 +72,8 @@ def test_the_vote_entries_say_who_leaves_who_joins_and_whether_to_snapshot():
     assert read_vote(vote_entries(1, 3, wants=False, snapshot=True).tolist(), 3).snapshot is False
 
 
-class _KeepingCollective(ThreadCollective):
+class _KeepingCollective(ThreadCollective, ReductionLog):
     """A collective whose log keeps reduced buckets, as an elastic one does (`keeps`)."""
-
-    keeps_results = True
 
     def __init__(self, group, rank):
         super().__init__(group, rank)
@@ -83,8 +82,8 @@ class _KeepingCollective(ThreadCollective):
     def keeps(self, tensor):
         return any(t is tensor for t in self.kept)
 
-    def all_reduce_async(self, tensor, op=None, refill=None, handover=False):
-        assert refill is not None and handover
+    def all_reduce_logged(self, tensor, refill):
+        assert callable(refill)
         self.all_reduce(tensor)
         self.kept.append(tensor)
         return None

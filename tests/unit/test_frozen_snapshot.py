@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrib.checkpoint.format import dumps_state, freeze_state, loads_state
+from distrib.checkpoint.files.format import dumps_state, freeze_state, loads_state
 from distrib.comm.elastic import DEFAULT_SNAPSHOT_EVERY, snapshot_every
 from distrib.comm.errors import DistribCommError
 

@@ -267,7 +267,7 @@ def test_a_checkpoint_carries_the_layers_seed_state_to_a_replacement():
     # An elastic replacement restores the survivors' snapshot, a Checkpoint's state: the layers' seed
     # generators must be in it, or the replacement would draw other masks than the worker it replaces.
     from distrib.checkpoint import Checkpoint
-    from distrib.checkpoint.format import freeze_state, loads_state
+    from distrib.checkpoint.files.format import freeze_state, loads_state
 
     def build():  # as a new process builds it: the same layer names
         keras.backend.clear_session()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import distrib
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.saved_model import ExportError, UnsafeProgramError
 from distrib.training.saving.serialization import SerializationError
 from distrib.training.saving.weights import WeightsMismatchError
@@ -89,7 +89,7 @@ def test_load_weights_names_the_mismatched_key(tmp_path, other, message):
 
 def test_load_weights_refuses_a_pickle_and_a_missing_path(tmp_path):
     torch.save(_net().state_dict(), tmp_path / "w.pt")
-    with pytest.raises(distrib.checkpoint.format.UnsafeFileError, match="pickle"):
+    with pytest.raises(distrib.checkpoint.files.format.UnsafeFileError, match="pickle"):
         _model().load_weights(str(tmp_path / "w.pt"))
     with pytest.raises(FileNotFoundError, match="not found"):
         _model().load_weights(str(tmp_path / "nothing"))
@@ -171,11 +171,11 @@ def test_load_model_refuses_a_foreign_class_in_the_architecture(tmp_path):
     config["architecture"]["children"][0][1]["class"] = "os.system"
     data = json.dumps(config).encode()
     manifest = json.loads((tmp_path / "m" / "MANIFEST.json").read_text())
-    manifest["files"]["model.json"] = {"sha256": distrib.checkpoint.fs.sha256(data), "size": len(data)}
+    manifest["files"]["model.json"] = {"sha256": distrib.checkpoint.files.fs.sha256(data), "size": len(data)}
     mbytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
     config_path.write_bytes(data)
     (tmp_path / "m" / "MANIFEST.json").write_bytes(mbytes)
-    (tmp_path / "m" / "COMPLETE").write_bytes(distrib.checkpoint.fs.sha256(mbytes).encode())
+    (tmp_path / "m" / "COMPLETE").write_bytes(distrib.checkpoint.files.fs.sha256(mbytes).encode())
     with pytest.raises(SerializationError, match=r"'os.system' is not a standard torch.nn layer.*builder="):
         distrib.models.load_model(str(tmp_path / "m"))
 
@@ -242,11 +242,11 @@ def test_export_of_an_untraceable_model_is_one_clear_error(tmp_path):
 
 def _rewrite(path, name, data):
     manifest = json.loads((path / "MANIFEST.json").read_text())
-    manifest["files"][name] = {"sha256": distrib.checkpoint.fs.sha256(data), "size": len(data)}
+    manifest["files"][name] = {"sha256": distrib.checkpoint.files.fs.sha256(data), "size": len(data)}
     mbytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
     (path / name).write_bytes(data)
     (path / "MANIFEST.json").write_bytes(mbytes)
-    (path / "COMPLETE").write_bytes(distrib.checkpoint.fs.sha256(mbytes).encode())
+    (path / "COMPLETE").write_bytes(distrib.checkpoint.files.fs.sha256(mbytes).encode())
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -2,14 +2,13 @@
 import pytest
 import torch
 
+from distrib.comm.elastic_abilities import ElasticAbilities
 from distrib.metrics import Mean
 from distrib.metrics.elastic_fold import MetricFold, register_for_resizes
 
 
-class _Collective:
-    """Stands in for replica ``rank`` of an elastic job whose other replicas hold ``others``."""
-
-    elastic = True
+class _FixedCollective:
+    """Stands in for replica ``rank`` of a fixed-size job whose other replicas hold ``others``."""
 
     def __init__(self, rank, others):
         self.rank, self.others, self.listeners, self.calls = rank, others, [], 0
@@ -20,6 +19,10 @@ class _Collective:
 
     def control_all_reduce(self, tensor, op):
         return tensor.clone()  # the other replicas hold as many state values
+
+
+class _Collective(_FixedCollective, ElasticAbilities):
+    """Stands in for replica ``rank`` of an elastic job whose other replicas hold ``others``."""
 
     def add_resize_listener(self, listener):
         self.listeners.append(listener)
@@ -64,8 +67,7 @@ def test_replica_0_takes_every_replicas_sums_and_the_others_keep_zeros_in_one_al
 
 def test_only_metrics_of_an_elastic_job_are_registered_once_per_collective():
     elastic = _Collective(0, torch.zeros(2, dtype=torch.float64))
-    fixed = _Collective(0, torch.zeros(2, dtype=torch.float64))
-    fixed.elastic = False
+    fixed = _FixedCollective(0, torch.zeros(2, dtype=torch.float64))
     kept = []
     for collective in (elastic, fixed):
         for _ in range(2):

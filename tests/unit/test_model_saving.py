@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import distrib
-from distrib.checkpoint import storage
-from distrib.checkpoint.format import UnsafeFileError
+from distrib.checkpoint.files import storage
+from distrib.checkpoint.files.format import UnsafeFileError
 from distrib.training.saving.serialization import SerializationError
 
 X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)

@@ -77,7 +77,7 @@ def test_load_checkpoint_reads_shapes_dtypes_and_values_by_name(tmp_path):
 
 
 def test_load_checkpoint_refuses_a_forged_key_in_one_line(tmp_path):
-    from distrib.checkpoint import storage
+    from distrib.checkpoint.files import storage
     from distrib.checkpoint.checkpoint import STATE_FILE
     from distrib.checkpoint.errors import CorruptCheckpointError
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import distrib
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.saved_model import LoadOptions, SaveOptions
 from distrib.training.saving.serialization import SerializationError
 

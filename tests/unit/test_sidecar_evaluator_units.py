@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import distrib
-from distrib.checkpoint.storage import MARKER_NAME, CheckpointWarning
+from distrib.checkpoint.files.storage import MARKER_NAME, CheckpointWarning
 from distrib.train import Checkpoint, CheckpointManager
 from distrib.training.sidecar.evaluator import SidecarEvaluatorError
 from distrib.training.sidecar.state import SidecarStateError
@@ -210,7 +210,7 @@ def test_what_it_cannot_use_is_named_in_one_line_once(tmp_path, capsys):
 
 
 def test_a_complete_checkpoint_without_weights_is_named_and_skipped(tmp_path, capsys):
-    from distrib.checkpoint import storage
+    from distrib.checkpoint.files import storage
 
     ckpt_dir = tmp_path / "ckpt"
     Trainer(ckpt_dir).save()

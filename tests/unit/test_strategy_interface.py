@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import distrib
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.preemption import PreemptionWatcher
 from distrib.checkpoint.rng import RNGState
 from distrib.strategies.checkpoint_role import CheckpointRole

@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from distrib.callbacks._chief import is_chief, model_strategy
 from distrib.callbacks.callback import Callback
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import Checkpoint
-from distrib.checkpoint.fs import check_backend, check_writable
+from distrib.checkpoint.files.fs import check_backend, check_writable
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import PreemptionWatcher, exit_for_restart
@@ -59,6 +59,7 @@ from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.replica_state import ReplicaState
 from distrib.comm.elastic import elastic_enabled
 from distrib.process.task_env import FAILED_AT_ENV
+from distrib.comm.elastic_abilities import elastic_abilities
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -189,7 +190,8 @@ class BackupAndRestore(Callback):
         """When the step's vote asks for a snapshot: the chief decides (`distrib.comm.elastic.snapshot_policy`:
         at most every `snapshot_every` steps, sooner when the log grew large, the job changed size or a
         joiner waits) and every replica, a replaying one too, reads the same answer."""
-        return self._strategy().collective.snapshot_wanted()
+        elastic = elastic_abilities(self._strategy().collective)
+        return elastic is not None and elastic.snapshot_wanted()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._check_preemption():

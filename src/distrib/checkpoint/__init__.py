@@ -14,13 +14,13 @@ from __future__ import annotations
 from distrib.checkpoint.checkpoint import (Checkpoint, CheckpointLoadStatus, CheckpointRestoreError,
                                            CheckpointSaveError)
 from distrib.checkpoint.discovery import latest_checkpoint
-from distrib.checkpoint.format import UnsafeFileError, dumps_state, load_state, loads_state, save_state
+from distrib.checkpoint.files.format import UnsafeFileError, dumps_state, load_state, loads_state, save_state
 from distrib.checkpoint.manager import CheckpointManager
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.preemption import RESTART_EXIT_CODE, PreemptionWatcher, exit_for_restart
 from distrib.checkpoint.preemption_handler import PreemptionCheckpointHandler, TerminationConfig
 from distrib.checkpoint.rng import RNGState
-from distrib.checkpoint.storage import (AtomicDirectory, CheckpointWarning, CorruptCheckpointError, is_complete,
+from distrib.checkpoint.files.storage import (AtomicDirectory, CheckpointWarning, CorruptCheckpointError, is_complete,
                                         remove_write_path, verify, worker_write_path, write_path_for)
 from distrib.checkpoint.variable import Variable
 from distrib.utils.public_names import public_dir

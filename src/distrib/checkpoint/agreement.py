@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Optional
 
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.comm.errors import first_line
 from distrib.errors import DistribError
 from distrib.strategies import context

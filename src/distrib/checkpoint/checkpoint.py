@@ -3,7 +3,7 @@
 Tracked objects are anything with ``state_dict()``/``load_state_dict()``
 (modules, optimizers, metrics, distributed iterators, `Variable`, a nested
 `Checkpoint`, `RNGState`) and tensors, which are restored in place. A
-checkpoint is one atomic directory (see `distrib.checkpoint.storage`) holding
+checkpoint is one atomic directory (see `distrib.checkpoint.files.storage`) holding
 ``state.safetensors``; loading never unpickles.
 
 Multi-worker: every worker calls `save`/`write` (the state may be gathered
@@ -53,19 +53,19 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from distrib.errors import DistribError, first_line
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.agreement import chiefs_path
-from distrib.checkpoint.background import BackgroundWrite
+from distrib.checkpoint.files.background import BackgroundWrite
 from distrib.checkpoint.discovery import older_siblings
 from distrib.checkpoint.errors import CheckpointRestoreError
-from distrib.checkpoint.format import UnsafeFileError, copy_state
-from distrib.checkpoint.inplace_restore import restore_in_place, verbatim_tensors
+from distrib.checkpoint.files.format import UnsafeFileError, copy_state
+from distrib.checkpoint.files.inplace_restore import restore_in_place, verbatim_tensors
 from distrib.checkpoint.load_status import CheckpointLoadStatus
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.retry import with_retries
-from distrib.checkpoint.state_file import StateFile
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.state_file import StateFile
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
 from distrib.checkpoint.trackable import RoleAware, Trackable
 from distrib.checkpoint.variable import Variable
@@ -185,7 +185,7 @@ class Checkpoint:
         Collective under a multi-worker strategy: every worker must call it.
         With ``options=CheckpointOptions(enable_async=True)`` it returns once
         the state is copied, and a background thread writes and publishes the
-        copy (see `distrib.checkpoint.background`); the next `write`, `sync`
+        copy (see `distrib.checkpoint.files.background`); the next `write`, `sync`
         or restore waits for it first, so at most one save is in flight. The
         copy is kept, and the next background save copies into it (no new
         allocation, no page faults): a Checkpoint saved in the background
@@ -253,7 +253,7 @@ class Checkpoint:
         (``status.path`` says which). Nothing is left half-restored.
 
         Raises:
-            distrib.checkpoint.storage.CorruptCheckpointError: the checkpoint is
+            distrib.checkpoint.files.storage.CorruptCheckpointError: the checkpoint is
                 incomplete or damaged and no older one restores.
             CheckpointRestoreError: a saved value does not fit its object and no
                 older checkpoint restores.
@@ -286,7 +286,7 @@ class Checkpoint:
 
         All or nothing: if any value does not fit, every object is put back as it
         was. The tensors are read straight into the objects' own (see
-        `distrib.checkpoint.inplace_restore`); a save of this checkpoint still
+        `distrib.checkpoint.files.inplace_restore`); a save of this checkpoint still
         in flight is waited for first.
         """
         return self._read(known_role(self._strategy, "Checkpoint.read"), save_path)

@@ -2,7 +2,7 @@
 
 `write_directory` is collective under a multi-replica strategy: every worker
 calls it with the same files; only the chief's copy lands at ``filepath``
-(with ``MANIFEST.json`` and ``COMPLETE``, see `distrib.checkpoint.storage`);
+(with ``MANIFEST.json`` and ``COMPLETE``, see `distrib.checkpoint.files.storage`);
 the others write to private temporary directories that are gone on return.
 Who writes is the `CheckpointRole` the caller resolved at its entry
 (``role=``; resolved here from ``strategy`` when not given).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
-from distrib.checkpoint import storage
-from distrib.checkpoint.background import BackgroundWrite
+from distrib.checkpoint.files import storage
+from distrib.checkpoint.files.background import BackgroundWrite
 from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.strategies.local_replicas import replica_process
@@ -27,7 +27,7 @@ __all__ = ["write_directory", "check_overwrite", "NestedState", "PendingDirector
 
 
 class NestedState:
-    """A file's content given as a nested state (see `distrib.checkpoint.format`), written a tensor at a time."""
+    """A file's content given as a nested state (see `distrib.checkpoint.files.format`), written a tensor at a time."""
 
     __slots__ = ("state",)
 
@@ -69,7 +69,7 @@ def write_directory(filepath: str, strategy: "Strategy", files: Mapping[str, Uni
 
     A file given as a `NestedState` is streamed (no copy of the state is made).
     ``background=True`` returns a `PendingDirectory` at once, writing on a
-    thread (see `distrib.checkpoint.background`): the caller must have copied
+    thread (see `distrib.checkpoint.files.background`): the caller must have copied
     what training may change, and must call its ``wait()`` where every worker does.
 
     Collective under a multi-replica strategy: every worker calls it with the

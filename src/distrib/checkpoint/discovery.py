@@ -25,12 +25,12 @@ import re
 import warnings
 from typing import List, Optional, Tuple
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.agreement import chief_decides, job_role
 from distrib.checkpoint.errors import UnsafeFileError
 from distrib.checkpoint.retry import with_retries
-from distrib.checkpoint.state_file import StateFile
-from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
+from distrib.checkpoint.files.state_file import StateFile
+from distrib.checkpoint.files.storage import CheckpointWarning, CorruptCheckpointError
 
 __all__ = ["latest_checkpoint", "numbered_checkpoints", "first_valid", "check_payload", "older_siblings"]
 

@@ -1,4 +1,4 @@
-"""What goes wrong with a checkpoint on disk: the error and warning classes (`distrib.checkpoint.storage` re-exports them).
+"""What goes wrong with a checkpoint on disk: the error and warning classes (`distrib.checkpoint.files.storage` re-exports them).
 
 They sit below every checkpoint module, so that the manifest parser, the
 storage layer and the readers above raise the same classes without importing

@@ -3,7 +3,7 @@
 Layout of ``directory`` (the chief's; other workers never write into it)::
 
     checkpoint        JSON index (atomic replace): latest, kept, preserved, timestamps
-    ckpt-7/           one atomic checkpoint directory (see `distrib.checkpoint.storage`)
+    ckpt-7/           one atomic checkpoint directory (see `distrib.checkpoint.files.storage`)
     ckpt-8/
 
 The listing, not the index, decides what exists: `latest_checkpoint` is the
@@ -56,16 +56,17 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.agreement import AgreementError, chief_decides, chiefs_path
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
-from distrib.checkpoint.format import freeze_state, loads_state
-from distrib.checkpoint.fs import check_backend
+from distrib.checkpoint.files.format import freeze_state, loads_state
+from distrib.checkpoint.files.fs import check_backend
 from distrib.checkpoint.retry import best_effort
 from distrib.checkpoint.options import CheckpointOptions
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.checkpoint.strategy_lookup import known_role, resolve_role, scope_strategy
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.strategies.checkpoint_role import CheckpointRole
 
 __all__ = ["CheckpointManager", "INDEX_FILE", "PEER_SNAPSHOT"]
@@ -328,9 +329,10 @@ class CheckpointManager:
         self._keep_snapshot(resolve_role(self._strategy, "CheckpointManager.keep_snapshot"))
 
     def _keep_snapshot(self, role: CheckpointRole) -> None:
-        role.collective.keep_snapshot(  # the state is serialised if ever sent
-            lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
-        if role.collective.elastic:
+        elastic = elastic_abilities(role.collective)
+        if elastic is not None:
+            elastic.keep_snapshot(  # the state is serialised if ever sent
+                lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
@@ -367,11 +369,12 @@ class CheckpointManager:
         path = self._latest
         if role.multi_replica:
             path = role.collective.broadcast_json(path)
-        snapshot = role.collective.take_snapshot()
-        if snapshot is not None:  # an elastic replacement: the survivors' state, not the stored one
+        elastic = elastic_abilities(role.collective)
+        snapshot = elastic.take_snapshot() if elastic is not None else None
+        if elastic is not None and snapshot is not None:  # a replacement: the survivors' state, not the stored one
             self._snapshot_checkpoint.load_state_dict_for(loads_state(snapshot, name="a survivor's in-memory snapshot"),
                                                           role)
-            role.collective.snapshot_restored()
+            elastic.snapshot_restored()
             path = PEER_SNAPSHOT
         elif path is not None:
             path = self._restored(role, self._checkpoint.restore_for(role, path).path)

@@ -3,7 +3,7 @@
 ``enable_async=True`` saves in the background: the state is copied at the
 call (to the CPU, the only pause training sees), the call returns, and the
 copy is written and published by a background thread while the next steps
-run (see `distrib.checkpoint.background`). TensorFlow's older spelling
+run (see `distrib.checkpoint.files.background`). TensorFlow's older spelling
 ``experimental_enable_async_checkpoint`` means the same.
 
 Example:

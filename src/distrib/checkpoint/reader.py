@@ -23,12 +23,12 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.errors import CheckpointNotFoundError, CorruptCheckpointError
-from distrib.checkpoint.fs import url_to_fs
-from distrib.checkpoint.state_file import read_state_verified
+from distrib.checkpoint.files.fs import url_to_fs
+from distrib.checkpoint.files.state_file import read_state_verified
 
 __all__ = ["CheckpointReader", "load_checkpoint"]
 

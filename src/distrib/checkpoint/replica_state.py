@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, Union
 
 import torch
 
-from distrib.checkpoint.format import dumps_state, loads_state
+from distrib.checkpoint.files.format import dumps_state, loads_state
 from distrib.checkpoint.rng import apply_rng_state, capture_rng_state
 from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.strategies.checkpoint_role import CheckpointRole

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from distrib.checkpoint.format import dumps_state, loads_state
-from distrib.checkpoint.storage import CheckpointWarning
+from distrib.checkpoint.files.format import dumps_state, loads_state
+from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
 

@@ -16,7 +16,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Iterator, Union
 
-from distrib.checkpoint.fs import remove
+from distrib.checkpoint.files.fs import remove
 from distrib.strategies.checkpoint_role import CheckpointRole
 
 if TYPE_CHECKING:  # pragma: no cover

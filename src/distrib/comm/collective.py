@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import torch
 
@@ -40,7 +40,8 @@ class Collective(abc.ABC):
     """Collective operations among the replicas of one job."""
 
     _step_flag: Optional[StepFlag] = None
-    #: True for a collective whose membership can change while the job runs (`distrib.comm.elastic`).
+    #: True for a collective whose membership can change while the job runs: one that is an
+    #: `distrib.comm.elastic_abilities.ElasticAbilities` (the flag is what ``distrib.data`` reads).
     elastic: bool = False
 
     @property
@@ -83,21 +84,8 @@ class Collective(abc.ABC):
             self._step_flag = StepFlag()
         return self._step_flag
 
-    #: True for a collective that logs its results (elastic): `all_reduce_async` callers may hand a
-    #: reduced buffer over to it (``handover``) and must not write into one it `keeps`.
-    keeps_results: bool = False
-
-    def keeps(self, tensor: torch.Tensor) -> bool:
-        """Whether this collective still holds ``tensor`` as a logged result (its owner must not write it)."""
-        return False
-
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                         refill: Optional[Callable[[], None]] = None, handover: bool = False) -> Any:
-        """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it.
-
-        ``refill`` (writes the input into ``tensor`` again) and ``handover`` (the collective may keep
-        ``tensor`` as its logged result) matter only where `keeps_results`.
-        """
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
+        """Start an in-place all-reduce of ``tensor``; `wait` on the handle before reading it."""
         result = self.all_reduce(tensor, op)
         if result is not tensor:  # an implementation that returns a new tensor
             tensor.copy_(result)
@@ -145,46 +133,11 @@ class Collective(abc.ABC):
         data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
         return [json.loads(bytes(t.numpy().tobytes()).decode()) for t in self.control_all_gather(data)]
 
-    def step_boundary(self) -> None:
-        """A training step starts (``strategy.run``); an elastic collective marks its log here."""
-
-    def step_end(self) -> None:
-        """A training step's replica function returned (``strategy.run``); an elastic collective resizes here."""
-
     def apply_pending_resize(self) -> None:
-        """Before a step's input is read: an elastic collective applies a resize agreed at the last step's end."""
-
-    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
-        """Call ``listener(leaving)`` before workers leave (over the old membership); never for a fixed size."""
-
-    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
-        """Stop calling ``listener`` (see `add_resize_listener`)."""
-
-    # ------------------------------------------- elastic snapshots (no-ops unless `elastic`)
-    def keep_snapshot(self, state: Callable[[], Any]) -> None:
-        """Elastic: keep ``state()`` (a checkpoint's bytes, or an object whose ``bytes()`` are those)
-        as the newest in-memory snapshot for a replacement or joiner (every task calls it).
-        Any other collective: nothing (``state`` is not called)."""
-
-    def take_snapshot(self) -> Optional[bytes]:
-        """Elastic: in a replacement or joiner, the survivor's snapshot to restore now (once). Else None."""
-        return None
-
-    def snapshot_restored(self) -> None:
-        """The program loaded the snapshot `take_snapshot` returned (elastic listeners learn of it)."""
-
-    def snapshot_wanted(self) -> bool:
-        """Elastic: whether the last step's vote asks for a snapshot now. Else False."""
-        return False
-
-    def add_snapshot_listener(self, listener: Any) -> None:
-        """Elastic: call ``listener.before_snapshot()``, ``snapshot_extra()`` and ``restored(extra)``
-        around snapshots (`distrib.comm.elastic.collective`); never for any other collective."""
-
-    def replaying_before_it_joined(self) -> bool:
-        """True while an elastic joiner replays the steps before its admission (its metric updates
-        there must not count); False for any other task and collective."""
-        return False
+        """Nothing here; an elastic collective (`distrib.comm.elastic_abilities.ElasticAbilities`) applies
+        a resize agreed at the last step's end. The one ability kept on every collective: the input
+        pipeline calls it before each step's input (``distrib.data``, left as it is by the restructuring
+        that moved the others to `ElasticAbilities`)."""
 
     @property
     def closed(self) -> bool:

@@ -46,6 +46,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from distrib.comm.collective import ReduceOp
+from distrib.comm.elastic_abilities import ReductionLog
 from distrib.comm.optimizer_hook import register_parameters
 from distrib.comm.state_sync import StateAverager
 from distrib.comm.step_flag import StepFlag
@@ -106,6 +107,11 @@ class GradientSynchronizer:
     def __init__(self, collective, bucket_cap_mb: float = 25.0, compression: Optional[str] = None,
                  state: Optional[StateAverager] = None) -> None:
         self._collective = collective
+        #: the collective where it logs reduced buckets itself (elastic), else None: a plain collective's
+        #: bucket goes straight to `Collective.all_reduce_async`
+        self._log: Optional[ReductionLog] = collective if isinstance(collective, ReductionLog) else None
+        if self._log is not None:
+            self._launch = self._launch_logged  # type: ignore[method-assign]
         self._state = state
         self._cap_bytes = int(bucket_cap_mb * 1024 * 1024)
         self._wire_dtype = _WIRE_DTYPES[compression]
@@ -204,15 +210,16 @@ class GradientSynchronizer:
                 self._next_launch += 1
 
     def _launch(self, bucket: _Bucket) -> None:
-        collective = self._collective
-        if collective.keeps_results:  # elastic: the log keeps the reduced bucket instead of a copy
-            bucket.free_buffer(collective.keeps)
-            self._fill(bucket)
-            bucket.handle = collective.all_reduce_async(bucket.buffer, ReduceOp.SUM,
-                                                        refill=lambda: self._fill(bucket), handover=True)
-            return
         self._fill(bucket)
-        bucket.handle = collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
+        bucket.handle = self._collective.all_reduce_async(bucket.buffer, ReduceOp.SUM)
+
+    def _launch_logged(self, bucket: _Bucket) -> None:
+        """`_launch` where the collective is a `ReductionLog` (elastic): it keeps the reduced bucket, not a copy."""
+        log = self._log
+        assert log is not None
+        bucket.free_buffer(log.keeps)
+        self._fill(bucket)
+        bucket.handle = log.all_reduce_logged(bucket.buffer, lambda: self._fill(bucket))
 
     def _fill(self, bucket: _Bucket) -> None:
         """Copy this replica's gradients (and the step flag) into the bucket's buffer."""

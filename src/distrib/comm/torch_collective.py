@@ -19,7 +19,7 @@ import gc
 import os
 import time
 from datetime import timedelta
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -139,9 +139,8 @@ class TorchCollective(Collective):
         dist.all_reduce(tensor, _TORCH_OPS[op], group=group)
         return tensor
 
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                         refill: Optional[Callable[[], None]] = None, handover: bool = False) -> Any:
-        """Start an in-place all-reduce; pass the returned handle to `wait` (``refill``, ``handover``: unused)."""
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Any:
+        """Start an in-place all-reduce; pass the returned handle to `wait`."""
         try:
             return dist.all_reduce(tensor, _TORCH_OPS[op], group=self._group, async_op=True)
         except Exception as exc:

@@ -10,15 +10,16 @@ From Python::
     from distrib.launch import launch
     result = launch("train.py", ["--epochs", "3"], workers=2, output="capture")
     print(result.returncode, result.outputs["worker 1"])
+    launch("train.py", config=LaunchConfig(workers=2, max_restarts=1))  # the options as one object
 
-Modules: `layout` (which tasks, their ``TF_CONFIG`` and environment),
-`output` (prefixed lines), `supervisor` (one attempt), `signals` (launcher
-signals), `api` (restarts, the public function), `cli` (the command line),
-`result`. Starting one process, free ports and exit codes live one layer
-below, in `distrib.process` (shared with the strategies' local replicas);
-`ports` and `exit_codes` here are aliases of those modules for old imports.
+Modules: `config` (`LaunchConfig`, shared with the command line), `layout`
+(tasks, ``TF_CONFIG``, environment), `output`, `supervisor` (one attempt),
+`signals`, `api` (restarts, the public function), `cli`, `result`. Starting a
+process, free ports and exit codes live below, in `distrib.process`
+(`ports` and `exit_codes` here are aliases for old imports).
 """
 from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
+from distrib.launch.config import LaunchConfig
 from distrib.process.exit_codes import MAX_PREEMPTION_RESTARTS, RESTART_EXIT_CODE
 from distrib.launch.layout import ClusterLayout, TaskSpec, build_cluster, tf_config
 from distrib.process.ports import free_port, reserve_ports
@@ -26,6 +27,7 @@ from distrib.launch.result import LaunchResult, LaunchTimeoutError, TaskStatus
 
 __all__ = [
     "launch",
+    "LaunchConfig",
     "LaunchResult",
     "LaunchTimeoutError",
     "TaskStatus",

@@ -8,18 +8,14 @@ Example:
         sorted(result.outputs)     # ['worker 0', 'worker 1']
         result.outputs["worker 1"] # everything worker 1 printed
 
-    With ``max_restarts=2``, a task that crashes makes the launcher stop the
-    others and start the whole group again (fresh ports, fresh ``TF_CONFIG``,
-    ``DISTRIB_RESTART_COUNT`` one higher), at most twice; a task that exits
-    with `RESTART_EXIT_CODE` (preempted, checkpoint saved) restarts the group
-    without using up one of those two.
+    With ``max_restarts=2``, a task that crashes restarts the whole group (fresh
+    ports and ``TF_CONFIG``) at most twice; one that exits with `RESTART_EXIT_CODE`
+    (preempted, checkpoint saved) restarts it without using up one of those.
 
-`launch` reads top to bottom in stages: resolve the layout (`resolve_layout`,
-`check_arguments`, `base_environment`), give the tasks' store its secret
-(`job_secret`; these in `distrib.launch.launch_plan`), then per attempt pick
-ports (`_pick_ports`), start the tasks (`_start_tasks`), supervise them
-(`_supervise`), decide on a restart (`distrib.launch.restarts`), and report
-(`distrib.launch.report`).
+`launch` reads in stages: the layout, checks and environment (with the
+store's secret: `distrib.launch.launch_plan`), then per attempt pick ports,
+start the tasks, supervise them, decide on a restart
+(`distrib.launch.restarts`) and report (`distrib.launch.report`).
 """
 from __future__ import annotations
 
@@ -29,10 +25,11 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, List, Mapping, Optional, Sequence, TextIO, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from distrib.process.fork_client import FORK_ENV, SharedForkServer, TaskStarter
+from distrib.process.fork_client import FORK_ENV, TaskStarter
 from distrib.process.task_env import ELASTIC_ENV, FAILED_AT_ENV, LEFT_DIR_ENV, START_ENV
+from distrib.launch.config import DEFAULT_GRACE_SECONDS, LaunchConfig
 from distrib.launch.launch_plan import (Cluster, LaunchPlan, base_environment, check_arguments, check_start_workers,
                                         job_secret, output_router, resolve_layout)
 from distrib.launch.layout import TaskSpec, build_cluster, task_environment
@@ -46,40 +43,14 @@ from distrib.launch.supervisor import Outcome, TaskGroup, TaskLaunch
 from distrib.process.ports import reserve_ports
 from distrib.process.spawn import python_command
 
-__all__ = ["launch", "DEFAULT_GRACE_SECONDS"]
-
-DEFAULT_GRACE_SECONDS = 10.0
-"""Seconds between SIGTERM and SIGKILL when tasks are stopped: time for a
-preempted task to save its checkpoint."""
+__all__ = ["launch", "LaunchConfig", "DEFAULT_GRACE_SECONDS"]
 
 
 def launch(
     target: Union[str, "os.PathLike[str]"],
     args: Sequence[Any] = (),
-    *,
-    workers: int = 1,
-    chief: bool = False,
-    ps: int = 0,
-    evaluator: bool = False,
-    module: bool = False,
-    max_restarts: int = 0,
-    env: Optional[Mapping[str, Optional[str]]] = None,
-    cwd: Optional[str] = None,
-    timeout: Optional[float] = None,
-    host: str = "127.0.0.1",
-    output: Union[None, str, TextIO] = None,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    python: Optional[str] = None,
-    verbose: bool = False,
-    hosts: Optional[Sequence[str]] = None,
-    node_rank: int = 0,
-    master_port: int = 29500,
-    elastic: bool = False,
-    rejoins: int = 0,
-    start_workers: Optional[int] = None,
-    fork_server: Optional[SharedForkServer] = None,
-    output_from: Optional[str] = None,
-    log_dir: Optional[str] = None,
+    config: Optional[LaunchConfig] = None,
+    **options: Any,
 ) -> LaunchResult:
     """Run ``target`` as every task of a local cluster and supervise it.
 
@@ -95,60 +66,11 @@ def launch(
     Args:
         target: script path (relative to ``cwd``) or, with ``module=True``, a module name.
         args: command-line arguments for every task.
-        workers, chief, ps, evaluator: the cluster (see `ClusterLayout`).
-        module: run ``target`` as a module (``python -m``).
-        max_restarts: restarts allowed after failures; restarts requested
-            with `RESTART_EXIT_CODE` do not count (at most
-            `MAX_PREEMPTION_RESTARTS` of them).
-        env: variables to add to the launcher's environment for the tasks
-            (a value of ``None`` removes the variable). Unless it names a job
-            secret already (``DISTRIB_JOB_SECRET`` or ``DISTRIB_JOB_SECRET_FILE``),
-            the tasks get a fresh random ``DISTRIB_JOB_SECRET`` for this launch.
-        cwd: the tasks' working directory (default: the current one).
-        timeout: hard limit in seconds on the whole launch, restarts
-            included (stopping the tasks may add up to ``grace_seconds``).
-        host: address the tasks' ports are picked on and published in ``TF_CONFIG``.
-        output: ``None`` (prefixed lines to this process's stdout/stderr),
-            ``"capture"`` (kept in the result's ``outputs`` and ``output``)
-            or a text stream (every prefixed line written to it).
-        grace_seconds: time between SIGTERM and SIGKILL when stopping tasks.
-        python: interpreter for the tasks (default: this one).
-        verbose: set ``DISTRIB_VERBOSE=1`` in the tasks, so distrib's own
-            errors print their full traceback, not just one line.
-        hosts: multi-node launch: one address per node, the same list on
-            every node; this node starts the ``workers`` tasks of node
-            ``node_rank`` with the cluster of `build_node_cluster` (fixed
-            ports from ``master_port``; worker 0 at ``hosts[0]`` is the
-            chief). A restart restarts this node's tasks only.
-        node_rank: this node's index in ``hosts``.
-        master_port: first port of a multi-node cluster (the chief's).
-        elastic: a training task other than the chief that is killed by a
-            signal is started again alone and catches up from the survivors
-            (`distrib.comm.elastic`; sets ``DISTRIB_ELASTIC=1`` in every task);
-            each replacement uses one of ``max_restarts``. A task that leaves
-            the running job on purpose (`distrib.comm.elastic.request_leave`)
-            exits with 0: the others go on (docs/elastic.md).
-        rejoins: with ``elastic``, how many times a task that left the running
-            job is started again at once to rejoin it (it is admitted at a
-            step boundary and the global batch is split among more replicas).
-        start_workers: with ``elastic``, how many of the job's workers start
-            it (workers ``0..start_workers-1``, the whole cluster's count across
-            nodes); the others join the running job as they come up, at a step
-            boundary (``distrib launch --workers MIN:MAX``, ``--nnodes MIN:MAX``).
-            Default: all of them start it.
-        fork_server: a `distrib.process.fork_client.SharedForkServer` that
-            outlives this launch: every task it can start exactly is a fork of
-            it, the first ones included (for a program, such as a test
-            suite, that runs many launches and would otherwise pay
-            ``import torch`` in every task). Unless ``DISTRIB_LAUNCH_FORK=0``.
-        output_from: whose standard output reaches ``output`` when it is the
-            terminal or a stream: ``"chief"`` (the default), ``"all"``,
-            ``"none"`` or a list such as ``"0,1"`` or ``"worker:1,ps"``
-            (`distrib.launch.output_select`); every task's standard error
-            always does, and ``"capture"`` keeps everything.
-        log_dir: also append each task's whole output to ``log_dir/<task>.log``
-            and the launcher's lines to ``log_dir/launcher.log``
-            (`distrib.launch.output_logs`).
+        config: how to start and supervise the tasks (`LaunchConfig`: the
+            cluster, restarts, output, elastic training...; default: its defaults).
+        **options: any of `LaunchConfig`'s fields, overriding ``config``'s:
+            ``launch("train.py", workers=2)`` is
+            ``launch("train.py", config=LaunchConfig(workers=2))``.
 
     Returns:
         A `LaunchResult`; ``returncode`` is 0 on success, 1 when a task
@@ -161,28 +83,29 @@ def launch(
             was stopped first (as `subprocess.run` does).
         ValueError, FileNotFoundError: bad arguments (nothing was started).
     """
-    plan = resolve_layout(workers, chief, ps, evaluator, hosts, node_rank, master_port)
+    c = (config or LaunchConfig()).replace(**options)
+    plan = resolve_layout(c.workers, c.chief, c.ps, c.evaluator, c.hosts, c.node_rank, c.master_port)
     target = os.fspath(target)
-    check_arguments(target, module, cwd, max_restarts, timeout)
-    if start_workers is not None:
-        check_start_workers(start_workers, plan, elastic)
-    router = output_router(output, output_from, log_dir, plan)
-    base_env = job_secret(base_environment(router, env, verbose), plan)
+    check_arguments(target, c.module, c.cwd, c.max_restarts, c.timeout)
+    if c.start_workers is not None:
+        check_start_workers(c.start_workers, plan, c.elastic)
+    router = output_router(c.output, c.output_from, c.log_dir, plan)
+    base_env = job_secret(base_environment(router, c.env, c.verbose), plan)
     left_dir = None
-    if elastic:
+    if c.elastic:
         base_env[ELASTIC_ENV] = "1"
         left_dir = tempfile.mkdtemp(prefix="distrib-elastic-")
         base_env[LEFT_DIR_ENV] = left_dir
-    elif rejoins:
+    elif c.rejoins:
         raise ValueError("rejoins needs elastic=True (distrib launch --elastic)")
-    if start_workers is not None:
-        base_env[START_ENV] = str(start_workers)
-    job = _Job(python_command(target, [str(a) for a in args], module=module, python=python),
-               base_env, cwd, grace_seconds, left_dir, max(0, int(rejoins)),
-               TaskStarter(base_env.get(FORK_ENV), restarts_possible=elastic or max_restarts > 0,
-                           shared=fork_server))
+    if c.start_workers is not None:
+        base_env[START_ENV] = str(c.start_workers)
+    job = _Job(python_command(target, [str(a) for a in args], module=c.module, python=c.python),
+               base_env, c.cwd, c.grace_seconds, left_dir, max(0, int(c.rejoins)),
+               TaskStarter(base_env.get(FORK_ENV), restarts_possible=c.elastic or c.max_restarts > 0,
+                           shared=c.fork_server))
     try:
-        return _run_attempts(job, plan, host, router, timeout, max_restarts, elastic, grace_seconds)
+        return _run_attempts(job, plan, c.host, router, c.timeout, c.max_restarts, c.elastic, c.grace_seconds)
     finally:
         job.starter.close()
         router.close()

@@ -33,7 +33,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NoReturn, Optional, Sequence
 
-from distrib.launch.api import DEFAULT_GRACE_SECONDS, launch
+from distrib.launch.api import launch
+from distrib.launch.config import DEFAULT_GRACE_SECONDS, LaunchConfig
 from distrib.launch.cli_commands import INSTALL_EXTRAS, add_env, add_plot, run_env, run_plot
 from distrib.launch.cli_multinode import DEFAULT_MASTER_PORT, add_multinode_flags, check_multinode
 from distrib.launch.cli_types import count, count_or_range, seconds
@@ -140,30 +141,12 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-@dataclass
-class LaunchOptions:
-    """The parsed ``distrib launch`` command line."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions(LaunchConfig):
+    """The parsed ``distrib launch`` command line: the program and its arguments, and a `LaunchConfig`."""
 
     target: str
     args: List[str] = field(default_factory=list)
-    module: bool = False
-    workers: int = 1
-    chief: bool = False
-    ps: int = 0
-    evaluator: bool = False
-    max_restarts: int = 0
-    host: str = "127.0.0.1"
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
-    timeout: Optional[float] = None
-    verbose: bool = False
-    hosts: Optional[List[str]] = None
-    node_rank: int = 0
-    master_port: int = DEFAULT_MASTER_PORT
-    elastic: bool = False
-    rejoins: int = 0
-    start_workers: Optional[int] = None
-    output_from: Optional[str] = None
-    log_dir: Optional[str] = None
 
 
 def _output_from(text: str) -> str:
@@ -278,13 +261,7 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
 
 def _run_launch(opts: LaunchOptions) -> int:
     try:
-        result = launch(
-            opts.target, opts.args, workers=opts.workers, chief=opts.chief, ps=opts.ps,
-            evaluator=opts.evaluator, module=opts.module, max_restarts=opts.max_restarts,
-            host=opts.host, grace_seconds=opts.grace_seconds, timeout=opts.timeout,
-            verbose=opts.verbose, hosts=opts.hosts, node_rank=opts.node_rank,
-            master_port=opts.master_port, elastic=opts.elastic, rejoins=opts.rejoins,
-            start_workers=opts.start_workers, output_from=opts.output_from, log_dir=opts.log_dir)
+        result = launch(opts.target, opts.args, opts.launch_config())
     except LaunchTimeoutError:  # already reported; caught first: it is an OSError too
         return EXIT_TIMEOUT
     except (ValueError, OSError) as exc:

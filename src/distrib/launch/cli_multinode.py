@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 
+from distrib.launch.config import DEFAULT_MASTER_PORT
 from distrib.launch.cli_types import count, count_or_range, port, range_text
 
 __all__ = ["add_multinode_flags", "check_multinode", "DEFAULT_MASTER_PORT"]
 
-DEFAULT_MASTER_PORT = 29500
 """First port of a multi-node cluster when ``--master-port`` is not given (torchrun's)."""
 
 

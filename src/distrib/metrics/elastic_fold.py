@@ -29,6 +29,7 @@ from typing import Any, List, Optional
 import torch
 
 from distrib.comm.collective import ReduceOp
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.metrics.packing import pack, unpack
 
 __all__ = ["MetricFold", "register_for_resizes"]
@@ -125,8 +126,8 @@ def _unpack_into(states: List[Any], flat: torch.Tensor) -> None:
 
 def register_for_resizes(metric: Any) -> None:
     """Fold ``metric`` with the others of its strategy's collective when workers leave (elastic only)."""
-    collective = metric.distribute_strategy.collective
-    if collective is None or not collective.elastic:
+    collective = elastic_abilities(metric.distribute_strategy.collective)
+    if collective is None:
         return
     fold = _folds.get(collective)
     if fold is None:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 import torch
 
 from distrib.comm.collective import Collective, LocalCollective
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.comm.options import CommunicationOptions
 from distrib.hooks import install_excepthook
 from distrib.data.input_context import InputPlacement
@@ -66,6 +67,7 @@ class ReplicatedStrategy(Strategy):
         install_excepthook()
         tune_host_allocator()
         self._collective = collective or LocalCollective()
+        self._elastic = elastic_abilities(self._collective)  # None for a fixed-size job
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._cluster_resolver = cluster_resolver
         self._communication_options = communication_options or CommunicationOptions()
@@ -179,7 +181,9 @@ class ReplicatedStrategy(Strategy):
 
         Tensors in ``args``/``kwargs`` are moved to the replica's device.
         """
-        self._collective.step_boundary()
+        elastic = self._elastic
+        if elastic is not None:
+            elastic.step_boundary()
         self._tracker.synchronize()
         if self._grad_sync is not None:
             self._grad_sync.register_hooks()  # parameters unfrozen since the last step
@@ -189,7 +193,8 @@ class ReplicatedStrategy(Strategy):
         batch_position.set_current(position)
         with context.replica_context(self):
             result = fn(*args, **kwargs)
-        self._collective.step_end()  # elastic: workers may leave the job here (an agreed step boundary)
+        if elastic is not None:
+            elastic.step_end()  # workers may leave the job here (an agreed step boundary)
         return result
 
     def _to_device(self, value: Any) -> Any:

@@ -32,6 +32,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from distrib.utils.nest import is_namedtuple
+
 __all__ = ["CompiledLoss", "CompiledMetrics", "resolve_optimizer", "output_keys"]
 
 
@@ -39,7 +41,7 @@ def output_keys(y_pred: Any) -> Optional[List[Any]]:
     """None for a single output; else the keys (list indices or dict keys) of the outputs."""
     if isinstance(y_pred, dict):
         return list(y_pred.keys())
-    if isinstance(y_pred, (list, tuple)) and not hasattr(y_pred, "_fields"):
+    if isinstance(y_pred, (list, tuple)) and not is_namedtuple(y_pred):
         return list(range(len(y_pred)))
     return None
 

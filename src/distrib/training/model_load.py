@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.saved_model.options import check_load_options
 from distrib.training.model import Model
 from distrib.training.saving import keras_io
@@ -25,6 +25,7 @@ from distrib.training.saving.architecture import rebuild
 from distrib.training.saving.model_save import CONFIG_NAME, FORMAT, STATE_NAME
 from distrib.training.saving.registry import resolve_builder
 from distrib.training.saving.serialization import SerializationError, from_spec, import_by_path
+from distrib.errors import first_line
 
 __all__ = ["load_model"]
 
@@ -53,8 +54,8 @@ def load_model(filepath: Union[str, Any], builder: Union[None, str, Callable[...
         options: a `distrib.saved_model.LoadOptions` (accepted; see its docs).
 
     Raises:
-        distrib.checkpoint.storage.CorruptCheckpointError: incomplete or damaged save.
-        distrib.checkpoint.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
+        distrib.checkpoint.files.storage.CorruptCheckpointError: incomplete or damaged save.
+        distrib.checkpoint.files.format.UnsafeFileError: the state is not safetensors (e.g. a pickle).
         distrib.training.saving.serialization.SerializationError: the module cannot be rebuilt (one line
             naming the class or builder).
     """
@@ -103,13 +104,13 @@ def _restore_module(module: torch.nn.Module, weights: Dict[str, torch.Tensor], w
         try:
             keras_io.assign_keras_weights(module, weights, where)
         except ValueError as e:
-            raise SerializationError(f"{str(e).splitlines()[0]}; check the builder and its arguments") from None
+            raise SerializationError(f"{first_line(e)}; check the builder and its arguments") from None
         return
     try:
         module.load_state_dict(weights)
     except RuntimeError as e:
         raise SerializationError(f"{where}: the rebuilt module does not match the saved "
-                                 f"weights ({str(e).splitlines()[0]}); check the builder and its arguments") from e
+                                 f"weights ({first_line(e)}); check the builder and its arguments") from e
 
 
 def _builder(config: Dict[str, Any], override: Any, filepath: str, custom_objects: Optional[Dict[str, Any]],

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
 
+from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.training.call_checks import (check_scope, check_steps, hint_if_alone_on_a_busy_machine,
                                           require_compiled, unreplicated_training)
 from distrib.training.compile_config import CompiledLoss, CompiledMetrics, resolve_optimizer
@@ -53,7 +54,7 @@ from distrib.training.execution.predict_output import concat
 from distrib.training.execution.scheduled_executor import ScheduledExecutor
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import PREDICT, TEST, TRAIN, Phase
-from distrib.training.execution.step_plan import StepPlan
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.saving import model_state
 from distrib.training.saving.serialization import to_spec
 from distrib.utils.pending_restore import PendingRestore
@@ -66,8 +67,11 @@ __all__ = ["Trainer", "executor_for"]
 Logs = Dict[str, Any]
 
 
-class Trainer:
+class Trainer(TrainerState):
     """Compiled state plus fit / evaluate / predict over one step loop (the base of `distrib.Model`).
+
+    Its attributes are declared once, by `TrainerState` (what the execution
+    wing takes).
 
     Args:
         module: the network.
@@ -76,31 +80,7 @@ class Trainer:
     """
 
     def __init__(self, module: torch.nn.Module, strategy: "Strategy", *, name: str) -> None:
-        self.module = module
-        self.strategy = strategy
-        self.name = name
-        self.train_loop_state = TrainLoopState()
-        #: Steps between log/progress updates; None: about 16 per epoch.
-        self.log_every: Optional[int] = None
-        self.stop_training = False
-        self.history: Any = None
-        #: The `CallbackList` of the fit/evaluate/predict call in progress (or the last one).
-        self.callbacks: Any = None
-        self.compile_args: Optional[Dict[str, Any]] = None
-        self._steps_per_execution = 1
-        self.optimizer: Any = None
-        self.torch_optimizer: Optional[torch.optim.Optimizer] = None
-        #: fit's loss scaling under the mixed_float16 policy (made on first use).
-        self.loss_scale_optimizer: Any = None
-        self.compiled_loss: Optional[CompiledLoss] = None
-        self.compiled_metrics: Optional[CompiledMetrics] = None
-        self.loss_tracker = LossTracker(strategy)
-        #: Metric state restored before the metrics were built (applied on the first batch).
-        self.metric_restore: PendingRestore[Dict[str, Any]] = PendingRestore()
-        #: What this call's steps look up once (`distrib.training.execution.step_plan`); None: resolve at the next step.
-        self.step_plan: Optional[StepPlan] = None
-        #: The compiled forward pass and loss (``compile(jit_compile=True)``), or None: eager.
-        self.jit: Optional[JitForward] = None
+        super().__init__(module, strategy, name)
 
     # ----------------------------------------------------------- compile
     @property
@@ -286,13 +266,15 @@ class Trainer:
                 x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                 sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                 validation_split=validation_split, validation_steps=validation_steps)
-            collective = self.strategy.collective
-            collective.add_resize_listener(self._fold_metrics)  # elastic: leavers' metric sums stay in the job
+            elastic = elastic_abilities(self.strategy.collective)
+            if elastic is not None:
+                elastic.add_resize_listener(self._fold_metrics)  # leavers' metric sums stay in the job
             try:
                 return run_fit(self, executor, train, validation, epochs=epochs, initial_epoch=initial_epoch,
                                validation_freq=validation_freq, callbacks=callbacks, verbose=verbose)
             finally:
-                collective.remove_resize_listener(self._fold_metrics)
+                if elastic is not None:
+                    elastic.remove_resize_listener(self._fold_metrics)
 
     def _fold_metrics(self, leaving: List[bool]) -> None:
         model_state.fold_metrics(self)

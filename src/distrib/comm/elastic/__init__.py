@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
+from distrib.comm.elastic_abilities import ElasticAbilities
 from distrib.comm.errors import DistribCommError
 from distrib.process.task_env import ELASTIC_ENV
 from distrib.comm.elastic.resize import leave_on_signal, leave_requested, request_leave, whole_number_env
@@ -83,4 +84,4 @@ def replaying_before_joining(collective: Any) -> bool:
     (`fit`'s and every `distrib.metrics.Metric`'s), or the examples would
     count twice. False for any other task and collective.
     """
-    return collective is not None and collective.replaying_before_it_joined()
+    return isinstance(collective, ElasticAbilities) and collective.replaying_before_it_joined()

@@ -22,7 +22,7 @@ __all__ = ["call_site", "INTERNAL_FILES"]
 #: Files whose frames are distrib's collective machinery, never the program's.
 INTERNAL_FILES = tuple(os.path.join("distrib", "comm", *parts) for parts in (
     ("elastic", "collective.py"), ("collective.py",), ("elastic", "membership.py"), ("elastic", "resize.py"),
-    ("elastic", "inflight.py"), ("elastic", "call_site.py")))
+    ("elastic", "inflight.py"), ("elastic", "snapshots.py"), ("elastic", "call_site.py")))
 
 _FORK_SERVER = os.path.join("distrib", "process", "fork_server.py")
 _PROGRAM, _INTERNAL, _LAUNCHER = 0, 1, 2

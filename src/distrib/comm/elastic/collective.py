@@ -10,9 +10,8 @@ survivors never repeat a step; the replacement re-executes from the snapshot
 with every collective answered from the log until it reaches the survivors,
 so it computes exactly what the lost task computed.
 
-Asynchronous all-reduces (the gradient buckets) stay asynchronous
-(`distrib.comm.elastic.inflight`): they complete, and are numbered, in the
-order they were issued, and any other collective first completes them.
+It holds its parts, each built with what it needs (docs/elastic.md): the
+log, the reductions in flight, the snapshots and who is in the job.
 
 Example (what the survivors print when worker 2 is SIGKILLed)::
 
@@ -26,24 +25,25 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
-from distrib import hooks
 from distrib.comm.collective import ReduceOp
+from distrib.comm.elastic_abilities import ElasticAbilities, ReductionLog
 from distrib.comm.errors import DistribCommError, WorkerLostError, first_line
-from distrib.comm.rendezvous import store_client
 from distrib.comm.torch_collective import TorchCollective
 from distrib.comm.elastic.call_site import call_site as _call_site
-from distrib.comm.elastic.inflight import InFlight
-from distrib.comm.elastic.oplog import OpLog, Replay, ReplayMismatchError
+from distrib.comm.elastic.inflight import InFlight, Pending
+from distrib.comm.elastic.joining import join_as_replacement, join_running_job
+from distrib.comm.elastic.oplog import OpLog, Replay
 from distrib.comm.elastic.payload import decode_payload, encode_payload
 from distrib.comm.elastic.recovery import (ElasticRecoveryError, agreed_backend, broadcast_payload, form_generation,
-                                      join_generation, leader_of, rebuild_groups)
-from distrib.comm.elastic.membership import Membership, open_job_store
+                                           leader_of, rebuild_groups)
+from distrib.comm.elastic.membership import Membership
 from distrib.comm.elastic.resize import starting_tasks
+from distrib.comm.elastic.snapshots import Snapshots
 from distrib.process.task_env import GROW_ENV, JOIN_ENV
 
 __all__ = ["ElasticCollective", "JOIN_ENV"]
@@ -51,19 +51,13 @@ __all__ = ["ElasticCollective", "JOIN_ENV"]
 log = logging.getLogger("distrib.elastic")
 
 _TRACE = os.environ.get("DISTRIB_ELASTIC_TRACE") == "1"
+_ASYNC_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 
 
-class ElasticCollective(Membership, InFlight, TorchCollective):
+class ElasticCollective(TorchCollective, ElasticAbilities, ReductionLog):
     """See the module docstring; created by `connect` like a `TorchCollective`."""
 
     elastic = True
-    keeps_results = True
-    log: OpLog
-    _replay: Optional[Replay] = None
-    _snapshot: Optional[bytes] = None
-    _snapshot_listeners: Optional[List[Any]] = None
-    _snapshot_extras: Optional[List[torch.Tensor]] = None  # a replacement's: kept with the payload's snapshot
-    _gen = 0
 
     def __init__(self, rank: int, world_size: int, group: Any, control_group: Any, monitor: Any, describe: Any,
                  timeout: float, store: Any = None, raw_store: Any = None, backend: Optional[str] = None,
@@ -73,8 +67,11 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         super().__init__(rank, world_size, group, control_group, monitor, describe, timeout, store,
                          raw_store=raw_store, backend=backend)
         self.log = OpLog()
-        self._max_world = cluster_size
-        self._joined_late = joined_late
+        self.inflight = InFlight(self.log, self._finish, self._reduce_now, self._recover, lambda: self._closed)
+        self.membership = Membership(self, store, monitor, timeout, self.backend, describe, cluster_size,
+                                     joined_late)
+        self.snapshots = Snapshots(self.log, self.inflight.drain, self._in_startup, self.membership.snapshot_kept)
+        self._replay: Optional[Replay] = None
 
     @classmethod
     def _connect_extras(cls, resolver: Any) -> dict:
@@ -84,73 +81,109 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
     def connect(cls, resolver: Any, options: Any, device: torch.device) -> "ElasticCollective":
         starting = starting_tasks(resolver.world_size)  # None: every task of the cluster starts the job
         if os.environ.get(JOIN_ENV) == "1":
-            return cls._join(resolver, options, device, starting or resolver.world_size)
+            return join_as_replacement(cls, resolver, options, starting or resolver.world_size)
         if os.environ.get(GROW_ENV) == "1" or (starting is not None and resolver.rank >= starting):
-            return cls._grow_join(resolver, options, device, _connect)
+            return join_running_job(cls, resolver, options)
         collective = super().connect(resolver, options, device, members=starting)
         assert isinstance(collective, ElasticCollective)
         if collective.rank == 0:  # what a replacement or joiner builds its groups with (agreed at start-up)
             agreed_backend(collective._store, collective.backend)
         return collective
 
-    # ---------------------------------------------------------- snapshots
-    def add_snapshot_listener(self, listener: Any) -> None:
-        """Call ``listener.before_snapshot()`` on every task before each snapshot is taken (it may run
-        collectives) and keep ``listener.snapshot_extra()`` (a tensor, or None) with the snapshot; in a
-        task that loaded a survivor's snapshot, call ``listener.restored(extra)`` with the one kept
-        with it.
+    # ------------------------------------------- what its parts use of it (`MembershipHost`)
+    @property
+    def replaying(self) -> bool:
+        """Whether collectives are answered from a survivor's log now (a replacement or joiner catching up)."""
+        return self._replay is not None
 
-        `distrib.metrics.elastic_fold.MetricFold` is one: it moves every replica's metric sums onto
-        replica 0 before a snapshot, keeps their totals with it, zeros them in a replacement of any
-        other replica and puts the totals back in a replacement of replica 0 (the chief, replaced
-        like any worker under ``distrib launch``).
-        """
-        if self._snapshot_listeners is None:
-            self._snapshot_listeners = []
-        self._snapshot_listeners.append(listener)
+    def describe(self, rank: int) -> str:
+        """The name of the task at ``rank`` now (``worker 2``)."""
+        return self._describe(rank)
+
+    def drain(self) -> None:
+        """Complete every asynchronous reduction still running."""
+        self.inflight.drain()
+
+    def use_groups(self, groups: Tuple[Any, Any]) -> Any:
+        """Talk over ``groups`` (a generation's data and control groups, `rebuild_groups`); returns the control group."""
+        self._group, self._control = groups
+        return self._control
+
+    def renumber(self, rank: int, world_size: int, describe: Callable[[int], str]) -> None:
+        """From now on this task is ``rank`` of ``world_size``, and ``describe`` names the ranks."""
+        self._rank, self._world_size, self._describe = rank, world_size, describe
+
+    def catch_up_from(self, payload: dict) -> None:
+        """A replacement or joiner: restore the payload's snapshot, then replay the log up to its end."""
+        self._replay = Replay(payload["startup"], payload["entries"], payload["until"], payload["mark"],
+                              payload["snap_seq"])
+        self.snapshots.receive(payload)
+
+    def _in_startup(self) -> bool:
+        return self._replay is not None and self._replay.in_startup
+
+    # --------------------------------------------------- membership (`ElasticAbilities`)
+    @property
+    def step_flag(self) -> Any:
+        """The step's flag, which also carries this job's membership vote."""
+        if self._step_flag is None:
+            self._step_flag = self.membership.new_step_flag()
+        return self._step_flag
+
+    def step_end(self) -> None:
+        self.membership.step_end()
+
+    def apply_pending_resize(self) -> None:
+        self.membership.apply_pending_resize()
+
+    def add_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        self.membership.add_resize_listener(listener)
+
+    def remove_resize_listener(self, listener: Callable[[List[bool]], None]) -> None:
+        self.membership.remove_resize_listener(listener)
+
+    def snapshot_wanted(self) -> bool:
+        return self.membership.snapshot_wanted()
+
+    def replaying_before_it_joined(self) -> bool:
+        return self.membership.replaying_before_it_joined()
+
+    def joiners_waiting(self) -> List[int]:
+        """On the chief: the tasks asking to join, to be admitted at a coming step's end (reads the store)."""
+        return self.membership.waiting() if self._rank == 0 else []
+
+    def _task_rank(self, rank: int) -> int:
+        return self.membership.task_rank(rank)
+
+    def _tasks_to_wait_for(self) -> set:
+        """The chief's shutdown also waits for joiners still waiting: they see it end and exit 0."""
+        return super()._tasks_to_wait_for() | set(self.membership.waiting())
+
+    # --------------------------------------------------- snapshots (`ElasticAbilities`)
+    def add_snapshot_listener(self, listener: Any) -> None:
+        """See `distrib.comm.elastic.snapshots` (`distrib.metrics.elastic_fold.MetricFold` is one)."""
+        self.snapshots.add_listener(listener)
 
     def keep_snapshot(self, state: Callable[[], Any]) -> None:
-        """Keep ``state()`` as the newest in-memory snapshot (every task calls it).
-
-        ``state()`` returns a checkpoint's bytes, or an object whose ``bytes()``
-        are those bytes (a `distrib.checkpoint.format.FrozenState`: serialised
-        only if a replacement or joiner is sent it).
-        """
-        self._drain()
-        if self._replay is not None and self._replay.in_startup:
-            # A replacement's start-up, right after it restored the payload's snapshot (which stays the
-            # newest): taking this one would compute it from old answers (the first fold of the metrics
-            # would zero the chief's totals); a start-up may skip collectives the log holds.
-            return
-        listeners = self._snapshot_listeners or []
-        for listener in listeners:
-            listener.before_snapshot()
-        data = state()
-        extras = [listener.snapshot_extra() for listener in listeners]
-        self.log.keep_snapshot(data, extras=[torch.zeros(0) if e is None else e for e in extras])
-        self.snapshot_kept(data)
+        self.snapshots.keep(state)
 
     def snapshot_restored(self) -> None:
-        """The program loaded the snapshot `take_snapshot` returned (see `add_snapshot_listener`)."""
-        extras = self._snapshot_extras or []
-        for i, listener in enumerate(self._snapshot_listeners or ()):
-            extra = extras[i] if i < len(extras) and extras[i].numel() else None
-            listener.restored(extra)
+        self.snapshots.restored()
 
     def take_snapshot(self) -> Optional[bytes]:
         """In a replacement, the survivor's snapshot to restore now (once); else None."""
-        data, self._snapshot = self._snapshot, None
+        data = self.snapshots.take()
         if data is not None and self._replay is not None:
             self._replay.restored = True
-        return None if data is None else bytes(data)
+        return data
 
     def step_boundary(self) -> None:
-        self._drain()
+        self.inflight.drain()
         if self.log.check_handed_over():
             log.warning("distrib: %s: the program changes reduced gradients in place (zero_grad(set_to_none=False), "
                         "or gradients accumulated into the reduced ones): the elastic log copies them from now on",
                         self._describe(self._rank))
-        self.apply_pending_resize()
+        self.membership.apply_pending_resize()
         if self._replay is not None:
             self._replay.step_started(self.log)
         self.log.mark_step()
@@ -214,7 +247,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         ``own``: the outputs ``attempt`` returns are private to this call (`apply` gives the caller
         copies), so the log keeps them as they are; else it copies them.
         """
-        self._drain()
+        self.inflight.drain()
         if _TRACE:
             print(f"distrib elastic trace: {self._describe(self._rank)} #{self.log.seq} {kind} "
                   f"{tuple(like.shape) if like is not None else ''} replay={self._replay is not None}",
@@ -241,6 +274,62 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             # groups in them) that `_close_groups` must let go of.
             self._recover(failure)  # then the log may answer it (a survivor that lagged), else it runs again
 
+    # ------------------------------------------- asynchronous reductions (`ReductionLog`)
+    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> Optional[Pending]:
+        """Start an in-place all-reduce; `wait` on the returned handle (None: it completed already).
+
+        Its input is copied now, should it have to run again after a recovery.
+        """
+        return self._launch(f"all_reduce@{_call_site()}", tensor, op, None, False)
+
+    def all_reduce_logged(self, tensor: torch.Tensor, refill: Callable[[], None]) -> Optional[Pending]:
+        """`all_reduce_async` (SUM) whose result the log may keep as it is (see `keeps`)."""
+        return self._launch(f"all_reduce@{_call_site()}", tensor, ReduceOp.SUM, refill, True)
+
+    def keeps(self, tensor: torch.Tensor) -> bool:
+        """Whether the log holds ``tensor`` (a handed-over result): its owner must reduce into another buffer."""
+        return self.log.holds(tensor)
+
+    def wait(self, handle: Any) -> None:
+        """Complete ``handle`` and every reduction launched before it."""
+        self.inflight.wait(handle)
+
+    def _launch(self, kind: str, tensor: torch.Tensor, op: ReduceOp, refill: Optional[Callable[[], None]],
+                handover: bool) -> Optional[Pending]:
+        if self._replay is not None or op not in _ASYNC_OPS:
+            self._reduce_now(Pending(kind, tensor, op, refill, False))
+            return None
+        pending = Pending(kind, tensor, op, refill, handover)
+        try:
+            pending.work = dist.all_reduce(tensor, _ASYNC_OPS[op], group=self._group, async_op=True)
+        except Exception as exc:  # a broken group may refuse at once: handled when it is waited for
+            pending.error = exc
+        return self.inflight.add(pending)
+
+    def _finish(self, pending: Pending) -> None:
+        """Wait for a launched reduction; a failure raises `DistribCommError` (`InFlight` recovers)."""
+        if pending.error is not None:
+            raise self._translate("all_reduce", pending.error)
+        self._call("all_reduce", pending.work.wait)
+
+    def _reduce_now(self, pending: Pending) -> None:
+        """Run one all-reduce to completion through the logged, recovering path (`_op_named`)."""
+        tensor = pending.tensor
+        first = [True]
+
+        def attempt() -> Any:
+            if not first[0]:
+                pending.restore_input()  # a collective that failed half-way may have written into it
+            first[0] = False
+            result = self._call("all_reduce", self._all_reduce, tensor, pending.op, self._group)
+            return result, [result]
+
+        def apply(outs: List[torch.Tensor]) -> torch.Tensor:
+            if outs[0] is not tensor:
+                tensor.copy_(outs[0])
+            return tensor
+        self._op_named(pending.kind, tensor, attempt, apply, own=False)
+
     def _translate(self, op: str, exc: BaseException) -> DistribCommError:
         return WorkerLostError(f"{op} on {self._describe(self._rank)} failed: {first_line(exc)}")
 
@@ -249,13 +338,13 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
         me = self._describe(self._rank)
         start = time.monotonic()
         deadline = start + self._timeout
-        gen = self._gen
+        gen = self.membership.generation
         log.warning("distrib: %s: %s; elastic recovery, generation %d", me, why, gen + 1)
         self._close_groups()
         while True:
             gen += 1
             members = form_generation(self._store, gen, self._rank, self._world_size, self.log.seq, False,
-                                      deadline, self._describe, tasks=self._tasks)
+                                      deadline, self._describe, tasks=self.membership.tasks)
             leader, until, since = leader_of(members)
             joining = sum(1 for m in members.values() if m["joining"])
             try:
@@ -274,7 +363,7 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
                 continue
             if payload["error"]:
                 raise ElasticRecoveryError(f"elastic recovery on {me}: {payload['error']}")
-            self._gen = gen
+            self.membership.generation = gen
             if self.log.seq < until:  # this survivor lagged: the leader's log completes its collectives
                 self._replay = Replay([], payload["entries"], until, None)
             log.warning("distrib: %s: generation %d formed in %.2fs (leader %s at collective #%d, %d "
@@ -299,48 +388,6 @@ class ElasticCollective(Membership, InFlight, TorchCollective):
             pass
         gc.collect()
 
-    @classmethod
-    def _join(cls, resolver: Any, options: Any, device: torch.device, world: int) -> "ElasticCollective":
-        """A replacement's connect: meet the survivors in their new generation and take the payload.
-
-        ``world``: the tasks that started the job; the survivors of a job that changed size since
-        name the task of each rank in the generation they open (`join_generation`).
-        """
-        task, describe = resolver.rank, resolver.describe
-        timeout = options.timeout
-        start = time.monotonic()
-        deadline = start + timeout
-        raw_store, store, monitor = open_job_store(resolver, timeout, deadline, _connect)
-        collective = cls(task, world, None, None, monitor, describe, timeout, store, raw_store=raw_store,
-                         backend=agreed_backend(store), cluster_size=resolver.world_size)
-        hooks.at_exit(collective.shutdown)
-        while True:
-            gen, tasks = join_generation(store, task, deadline, describe)
-            size = world if tasks is None else len(tasks)
-            rank = task if tasks is None else tasks.index(task)
-            by_rank = describe if tasks is None else (lambda r, tasks=tasks: describe(tasks[r]))
-            members = form_generation(store, gen, rank, size, 0, True, deadline, by_rank)
-            leader, _, _ = leader_of(members)
-            try:
-                control = collective._use_groups(rebuild_groups(store, gen, rank, size, collective.backend, timeout))
-                payload = decode_payload(broadcast_payload(b"", leader, rank, control))
-                break
-            except ReplayMismatchError:
-                raise
-            except Exception as exc:
-                if time.monotonic() >= deadline:
-                    raise ElasticRecoveryError(f"elastic join of {describe(task)} gave up: {first_line(exc)}") from None
-        if payload["error"]:
-            raise ElasticRecoveryError(f"elastic join of {describe(task)}: {payload['error']}")
-        members_now = list(range(size)) if tasks is None else tasks
-        monitor.forget([t for t in range(resolver.world_size) if t not in members_now])
-        collective._set_generation(gen, tasks, rank, describe)
-        collective._catch_up_from(payload)
-        log.warning("distrib: %s joined generation %d in %.2fs; catching up to collective #%d from a %d-byte "
-                    "snapshot", describe(task), gen, time.monotonic() - start, payload["until"],
-                    len(payload["snapshot"]))
-        return collective
-
 
 #: What an agreement's tensor looks like (a replay checks the logged result against it).
 _ONE = {torch.float32: torch.zeros(1, dtype=torch.float32), torch.float64: torch.zeros(1, dtype=torch.float64)}
@@ -348,14 +395,3 @@ _ONE = {torch.float32: torch.zeros(1, dtype=torch.float32), torch.float64: torch
 
 def _listed(outs: List[torch.Tensor]) -> Any:
     return outs, list(outs)
-
-
-def _connect(host: str, port: int, world: int, deadline: float, me: str) -> Any:
-    while True:
-        try:
-            return store_client(host, port, world, max(0.5, min(10.0, deadline - time.monotonic())))
-        except Exception as exc:
-            if time.monotonic() >= deadline:
-                raise ElasticRecoveryError(f"elastic join: {me} cannot reach the chief's store at "
-                                           f"{host}:{port}: {first_line(exc)}") from None
-        time.sleep(0.1)  # poll: the chief's store may be busy

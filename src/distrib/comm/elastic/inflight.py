@@ -3,8 +3,8 @@
 The gradient synchronizer launches a bucket's all-reduce as soon as its
 gradients are ready and waits for it only before the optimizer step, so
 communication overlaps the rest of the backward pass. An elastic task keeps
-that overlap: `InFlight.all_reduce_async` starts the reduction and returns a
-handle; the reductions still running complete in the order they were
+that overlap: `ElasticCollective.all_reduce_async` starts the reduction and
+`InFlight` holds its handle; the reductions still running complete in the order they were
 issued (`wait` on a later one completes the earlier ones first, and any
 other collective first completes them all), so each is logged under the
 number it would have had if it had run synchronously.
@@ -18,7 +18,7 @@ reduction may have overwritten: the caller passes ``refill`` (the
 synchronizer copies the parameters' gradients into the bucket again), else
 the input is copied before the launch.
 
-A caller that passes ``handover`` gives the reduced tensor to the log,
+A caller that hands a bucket over (`ElasticCollective.all_reduce_logged`) gives the reduced tensor to the log,
 which keeps it instead of a copy (`OpLog.record`); the synchronizer then
 reduces its next bucket into another buffer while `keeps` says the log
 holds this one.
@@ -33,15 +33,12 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 import torch
-import torch.distributed as dist
 
 from distrib.comm.collective import ReduceOp
-from distrib.comm.elastic.call_site import call_site
+from distrib.comm.elastic.oplog import OpLog
 from distrib.comm.errors import DistribCommError, first_line
 
 __all__ = ["InFlight", "Pending"]
-
-_TORCH_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN}
 
 
 class Pending:
@@ -69,84 +66,56 @@ class Pending:
 
 
 class InFlight:
-    """Mixed into `ElasticCollective`, which provides the groups, the log, `_op`, `_recover` and `_call`."""
+    """The reductions one elastic task launched and has not logged yet, completed in launch order.
 
-    _pending_ops: Optional[List[Pending]] = None
+    Built by `ElasticCollective`, which hands it what it needs: the log, and how to wait for a
+    launched reduction, how to run one again through the logged path, how to recover, and
+    whether the collective closed.
+    """
 
-    def all_reduce_async(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                         refill: Optional[Callable[[], None]] = None, handover: bool = False) -> Optional[Pending]:
-        """Start an in-place all-reduce; `wait` on the returned handle (None: it completed already).
+    def __init__(self, log: OpLog, finish: Callable[[Pending], None], run_again: Callable[[Pending], None],
+                 recover: Callable[[str], None], closed: Callable[[], bool]) -> None:
+        """``finish(pending)`` waits for a launched reduction (raising `DistribCommError` where it
+        failed); ``run_again(pending)`` runs one to completion through the logged, recovering path;
+        ``recover(why)`` forms the next generation; ``closed()``: whether the collective shut down."""
+        self._log = log
+        self._finish = finish
+        self._run_again = run_again
+        self._recover = recover
+        self._closed = closed
+        self._pending: List[Pending] = []
 
-        Args:
-            refill: writes the input into ``tensor`` again, should the reduction have to run again
-                after a recovery (else the input is copied now).
-            handover: the log may keep ``tensor`` itself as this result (see the module docstring).
-        """
-        if self._replay is not None or op not in _TORCH_OPS:  # type: ignore[attr-defined]
-            self._reduce_now(f"all_reduce@{call_site()}", Pending("", tensor, op, refill, False))
-            return None
-        pending = Pending(f"all_reduce@{call_site()}", tensor, op, refill, handover)
-        try:
-            pending.work = dist.all_reduce(tensor, _TORCH_OPS[op], group=self._group, async_op=True)  # type: ignore[attr-defined]
-        except Exception as exc:  # a broken group may refuse at once: handled when it is waited for
-            pending.error = exc
-        if self._pending_ops is None:
-            self._pending_ops = []
-        self._pending_ops.append(pending)
+    def add(self, pending: Pending) -> Pending:
+        """Track ``pending`` (launched on the current groups); returns it (the caller's handle)."""
+        self._pending.append(pending)
         return pending
 
     def wait(self, handle: Any) -> None:
         """Complete ``handle`` and every reduction launched before it."""
-        while handle is not None and self._pending_ops and handle in self._pending_ops:
+        while handle is not None and self._pending and handle in self._pending:
             self._complete_first()
 
-    def keeps(self, tensor: torch.Tensor) -> bool:
-        """Whether the log holds ``tensor`` (a handed-over result): its owner must reduce into another buffer."""
-        return self.log.holds(tensor)  # type: ignore[attr-defined]
-
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Complete every reduction still running (before any other collective, a snapshot, a resize)."""
-        while self._pending_ops:
+        while self._pending:
             self._complete_first()
 
     def _complete_first(self) -> None:
-        assert self._pending_ops
-        pending = self._pending_ops[0]
+        pending = self._pending[0]
         try:
-            if pending.error is not None:
-                raise self._translate("all_reduce", pending.error)  # type: ignore[attr-defined]
-            self._call("all_reduce", pending.work.wait)  # type: ignore[attr-defined]
+            self._finish(pending)
         except DistribCommError as exc:
-            if self._closed:  # type: ignore[attr-defined]
+            if self._closed():
                 raise
             failure = f"{pending.kind} failed ({first_line(exc)})"
         else:
-            self._pending_ops.pop(0)
-            self.log.record(pending.kind, [pending.tensor], handed_over=pending.handover)  # type: ignore[attr-defined]
+            self._pending.pop(0)
+            self._log.record(pending.kind, [pending.tensor], handed_over=pending.handover)
             return
-        dropped, self._pending_ops = self._pending_ops, []
+        dropped, self._pending = self._pending, []
         for again in dropped:  # their works hold the broken groups' connections: let go of them
             again.work = again.error = None
-        self._recover(failure)  # type: ignore[attr-defined]
+        self._recover(failure)
         for again in dropped:
             again.restore_input()
-            self._reduce_now(again.kind, again)
-
-    def _reduce_now(self, kind: str, pending: Pending) -> None:
-        """Run one all-reduce to completion through the logged, recovering path (`ElasticCollective._op`)."""
-        tensor = pending.tensor
-        first = [True]
-
-        def attempt() -> Any:
-            if not first[0]:
-                pending.restore_input()  # a collective that failed half-way may have written into it
-            first[0] = False
-            result = self._call("all_reduce", self._all_reduce, tensor, pending.op,  # type: ignore[attr-defined]
-                                self._group)  # type: ignore[attr-defined]
-            return result, [result]
-
-        def apply(outs: List[torch.Tensor]) -> torch.Tensor:
-            if outs[0] is not tensor:
-                tensor.copy_(outs[0])
-            return tensor
-        self._op_named(kind, tensor, attempt, apply, own=False)  # type: ignore[attr-defined]
+            self._run_again(again)

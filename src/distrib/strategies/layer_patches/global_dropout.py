@@ -78,7 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["use_global_batch_dropout", "uses_global_batch_dropout", "keyed_keep_mask", "keyed_bits",
            "install_functional_dropout", "mix32", "alpha_dropout_with",
-           "stepping_strategy", "replica_id_of"]
+           "stepping_strategy", "replica_id_of", "global_place"]
 
 _MARK = "_distrib_global_batch_dropout"
 #: torch 2.5 added ``enable_gqa`` to ``scaled_dot_product_attention``.
@@ -213,12 +213,27 @@ _placed: "collections.OrderedDict[Tuple[int, int, int], Tuple[int, int]]" = coll
 _PLACED_KEPT = 4096
 
 
-def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
-    """``(first global row, salt)`` for a call that drew key ``(w0, w1)`` on ``rows`` rows.
+def global_place(rows: int, replica_id: int) -> Tuple[int, int]:
+    """``(first global row, salt)`` of a draw over ``rows`` rows, from the batch's noted place: the layer
+    patches' one rule (`_place` here, `distrib.strategies.layer_patches.keras_random`).
 
     ``rows`` that are ``k`` times the replica's rows are ``k`` per example
-    (attention weights: ``batch * heads``), so its global rows start at ``k``
-    times the replica's first row.
+    (attention weights: ``batch * heads``; ``TimeDistributed``), so the global
+    rows start at ``k`` times the replica's first row, unsalted. Where the
+    place is unknown, or ``rows`` is not such a multiple, the draw starts at
+    row 0 salted with the replica id, so replicas still draw independently.
+
+    Example (6 rows over 3 replicas, replica 1 holds global rows 2 and 3):
+        ``rows=2`` -> ``(2, 0)``; ``rows=4`` -> ``(4, 0)``; ``rows=3`` -> ``(0, 2)``.
+    """
+    position = batch_position.current()
+    if position is not None and position.rows > 0 and rows > 0 and rows % position.rows == 0:
+        return position.first_row * (rows // position.rows), 0
+    return 0, replica_id + 1
+
+
+def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
+    """`global_place` for a call that drew key ``(w0, w1)`` on ``rows`` rows, remembered by key.
 
     A forward recomputed in the backward pass (activation checkpointing)
     restores the generator, so it draws the same key again: it gets the
@@ -227,11 +242,7 @@ def _place(w0: int, w1: int, rows: int, replica_id: int) -> Tuple[int, int]:
     entry = (w0, w1, rows)
     place = _placed.get(entry)
     if place is None:
-        position = batch_position.current()
-        per_example = rows // position.rows if position is not None and position.rows > 0 else 0
-        known = per_example > 0 and rows == per_example * position.rows  # type: ignore[union-attr]
-        place = (position.first_row * per_example, 0) if known else (0, replica_id + 1)  # type: ignore[union-attr]
-        _placed[entry] = place
+        place = _placed[entry] = global_place(rows, replica_id)
         if len(_placed) > _PLACED_KEPT:
             _placed.popitem(last=False)
     return place

@@ -17,7 +17,7 @@ import torch
 
 from distrib import hooks
 from distrib.data import batch_position
-from distrib.strategies.layer_patches.global_dropout import replica_id_of, stepping_strategy
+from distrib.strategies.layer_patches.global_dropout import global_place, replica_id_of, stepping_strategy
 from distrib.strategies.layer_patches.keyed_hash import keyed_bits, keyed_keep_mask, mix32
 
 __all__ = ["install_keras_dropout", "install_keras_noise", "keyed_uniform", "keyed_normal"]
@@ -78,7 +78,8 @@ def _keyed_if_stepping(inputs: Any, rate: Any, noise_shape: Any, seed: Any) -> O
     if shape[0] == 1 and rows != 1:
         keep = keyed_keep_mask(shape, 0, float(rate), key, device=inputs.device)
     else:
-        first_row, salt = _global_place(rows, replica_id_of(strategy))
+        first_row, salt = global_place(rows, replica_id_of(strategy))  # (not remembered by key: a fixed seed
+        # draws the same key at every call, on other batches)
         keep = keyed_keep_mask(shape, first_row, float(rate), key, salt=salt, device=inputs.device)
     return torch.where(keep.broadcast_to(inputs.shape), inputs / (1.0 - float(rate)), torch.zeros_like(inputs))
 
@@ -100,19 +101,6 @@ def _key_of(seed: Sequence[int]) -> Tuple[int, int]:
     s0, s1 = (int(v) & _M32 for v in seed)
     k0 = mix32(mix32(s0 ^ 0x9E3779B9) ^ s1)
     return k0, mix32(mix32(s1 ^ 0x85EBCA6B) ^ k0)
-
-
-def _global_place(rows: int, replica_id: int) -> Tuple[int, int]:
-    """``(first global row, salt)`` of a mask of ``rows`` rows, from the batch's noted place.
-
-    ``rows`` that are ``k`` times the replica's rows are ``k`` per example.
-    Unlike `global_dropout`'s, not remembered by key: a fixed seed draws the
-    same key at every call, on other batches.
-    """
-    position = batch_position.current()
-    if position is not None and position.rows > 0 and rows > 0 and rows % position.rows == 0:
-        return position.first_row * (rows // position.rows), 0
-    return 0, replica_id + 1
 
 
 def install_keras_noise() -> bool:
@@ -243,13 +231,12 @@ def _noise_place(rows: int, replica_id: int) -> Optional[Tuple[int, int]]:
     if rows <= 0:
         return None
     position = batch_position.current()
-    if position is None or position.rows <= 0:
-        return 0, replica_id + 1
-    if rows == 1 and position.rows > 1:
-        return 0, 0
-    if rows % position.rows:
-        return None
-    return position.first_row * (rows // position.rows), 0
+    if position is not None and position.rows > 0:
+        if rows == 1 and position.rows > 1:
+            return 0, 0
+        if rows % position.rows:
+            return None
+    return global_place(rows, replica_id)
 
 
 def _mantissa_bits(dtype: torch.dtype) -> int:

@@ -34,6 +34,7 @@ from distrib.strategies.parameter_server.errors import CancelledError, RemoteErr
 from distrib.strategies.parameter_server.runtime import is_remote_exception, unavailable
 from distrib.strategies.parameter_server.server import named_class
 from distrib.strategies.parameter_server.values import RemoteValue
+from distrib.errors import first_line
 
 __all__ = ["Closure", "Dispatcher", "rebuild_error"]
 
@@ -180,7 +181,7 @@ class Dispatcher:
             if self._stopped:
                 raise _Stopped() from None
             if is_remote_exception(exc):
-                return ("error", {"class": "builtins:RuntimeError", "args": [str(exc).splitlines()[0]]}, str(exc))
+                return ("error", {"class": "builtins:RuntimeError", "args": [first_line(exc)]}, str(exc))
             raise _WorkerLost(str(unavailable(self._describe(worker), exc))) from None
         installed.update(k for k, *_ in defs)
         return reply

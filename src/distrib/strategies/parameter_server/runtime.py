@@ -52,6 +52,7 @@ from distrib.strategies.parameter_server.cluster import PSCluster
 from distrib.strategies.parameter_server.errors import ChannelConfigError, ChannelError, PeerError, UnavailableError
 from distrib.strategies.parameter_server.registered import MODE_VARIABLE, registered_only
 from distrib.strategies.parameter_server.transport import Channel, Server, tls_from_env
+from distrib.errors import first_line
 
 __all__ = ["Runtime", "run_on_main_thread", "unavailable", "ping", "request_stop", "handler_name"]
 
@@ -104,7 +105,7 @@ def handler_name(fn: Callable) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = first_line(exc)
     code = exc.code if isinstance(exc, ChannelError) else None  # the gRPC status of a failed call
     if code == "DEADLINE_EXCEEDED":
         return f"no answer in time ({text})"

@@ -2,7 +2,8 @@
 
 Who owns what:
 
-* `loop_host`: what this wing (and `saving.model_state`) uses of a trainer, as a protocol.
+* `trainer_state`: a trainer's state, declared once (`Trainer` is one): what this wing
+  (and `saving.model_state`) takes.
 * `step_loop`: the loop of steps (``run_steps``), its phases and executions.
 * `fit_loop` / `fit_data` / `eval_loop`: fit's epochs and their arguments, evaluate, predict.
 * `steps`: the per-replica train/test/predict steps (plain PyTorch); `step_plan`: what a

@@ -37,7 +37,7 @@ import torch
 
 from distrib.comm.elastic import elastic_enabled
 from distrib.data.batch_split import per_replica_batch_size
-from distrib.utils.nest import flatten, map_structure
+from distrib.utils.nest import flatten, is_namedtuple, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.data.distributed import DistributedDataset, DistributedIterator
@@ -56,7 +56,7 @@ def _is_array(value: Any) -> bool:
 def is_array_structure(value: Any) -> bool:
     if _is_array(value):
         return True
-    if isinstance(value, (list, tuple)) and value and not hasattr(value, "_fields"):
+    if isinstance(value, (list, tuple)) and value and not is_namedtuple(value):
         return all(is_array_structure(v) for v in value)
     if isinstance(value, dict) and value:
         return all(is_array_structure(v) for v in value.values())
@@ -64,6 +64,26 @@ def is_array_structure(value: Any) -> bool:
 
 
 def count_rows(value: Any, what: str) -> int:
+    """Examples in the arrays ``value`` a user gave fit/evaluate/predict; every component must agree.
+
+    The rows of a batch are counted in several places, each for a reason:
+
+    * here, the user's arrays before batching: every component must have
+      the same first dimension and none may be a scalar (the error names ``what``);
+    * `distrib.data.batch_split.leading_rows`, a batch during a step: the
+      first tensor with a dimension counts (the cheapest, on every step;
+      `distrib.training.execution.scheduled_executor.batch_rows` uses it);
+    * `distrib.data.structure.leading_size`, splitting a dataset element:
+      every component must agree, as here, but over tensors and arrays;
+      `distrib.data.map_spec` counts a ragged component's rows too;
+      `distrib.data.batch_position` notes the first tensor, as ``leading_rows``;
+    * `distrib.training.execution.predict_output.rows_of`, a step's
+      predictions: a scalar prediction is one row.
+
+    Example:
+        >>> count_rows((np.ones((4, 2)), np.ones(4)), "x")
+        4
+    """
     sizes = {int(np.shape(v)[0]) if np.ndim(v) else -1 for v in flatten(value)}
     if -1 in sizes:
         raise ValueError(f"{what} has a scalar component; give one row per example")

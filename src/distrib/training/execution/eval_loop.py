@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from distrib.training.execution.loop_host import LoopHost
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.predict_output import assemble, concat, rows_of
 from distrib.training.execution.step_executor import EvalInput, StepExecutor
 from distrib.training.execution.step_loop import PREDICT, TEST, batch_logs_for, run_steps
@@ -26,7 +26,7 @@ __all__ = ["run_evaluation", "run_predict"]
 Logs = Dict[str, Any]
 
 
-def run_evaluation(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Logs:
+def run_evaluation(loop: TrainerState, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Logs:
     """The test loop over ``data`` (evaluate, or fit's validation); returns the global logs."""
     was_training = loop.module.training
     loop.module.eval()
@@ -48,7 +48,7 @@ def run_evaluation(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs:
     return logs
 
 
-def run_predict(loop: LoopHost, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Any:
+def run_predict(loop: TrainerState, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Any:
     """Every prediction of ``data``, in input order, as numpy arrays on every worker."""
     outputs: List[Any] = []
     iterator = data.iterator()

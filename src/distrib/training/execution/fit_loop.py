@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from distrib.optimizers.optimizer_parts import finalizer_of
 from distrib.training.execution.eval_loop import run_evaluation
 from distrib.training.execution.fit_data import draw_seed, should_validate
-from distrib.training.execution.loop_host import LoopHost
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_executor import EpochInput, EvalInput, StepExecutor
 from distrib.training.execution.step_loop import TRAIN, batch_logs_for, default_log_every, run_steps
 from distrib.training.execution.stop_agreement import may_stop_during_epoch
@@ -39,7 +39,7 @@ __all__ = ["run_fit"]
 Logs = Dict[str, Any]
 
 
-def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validation: Optional[EvalInput], *,
+def run_fit(loop: TrainerState, executor: StepExecutor, train: EpochInput, validation: Optional[EvalInput], *,
             epochs: int, initial_epoch: int, validation_freq: Any, callbacks: Any, verbose: Any) -> Any:
     """Train ``epochs - initial_epoch`` epochs (see the module docstring); returns the `History`."""
     state = loop.train_loop_state
@@ -89,7 +89,7 @@ def run_fit(loop: LoopHost, executor: StepExecutor, train: EpochInput, validatio
     return loop.history
 
 
-def _run_epoch(loop: LoopHost, executor: StepExecutor, train: EpochInput, cbs: Any, epoch: int,
+def _run_epoch(loop: TrainerState, executor: StepExecutor, train: EpochInput, cbs: Any, epoch: int,
                first_step: int, restored: bool, log_every: int,
                should_stop: Callable[[], bool]) -> Tuple[Logs, int, bool]:
     """One epoch; returns its logs, the steps it ran to and whether its data ran out early."""

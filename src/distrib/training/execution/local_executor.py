@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from distrib.training.execution.data_adapter import DataHandler, make_handler
 from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
-from distrib.training.execution.loop_host import LoopHost
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import Execution, Phase, default_log_every
 
@@ -70,7 +70,7 @@ class LocalExecutor(StepExecutor):
 
     eager_batch_logs = True
 
-    def __init__(self, loop: LoopHost) -> None:
+    def __init__(self, loop: TrainerState) -> None:
         self.loop = loop
 
     def _handler(self, x: Any, y: Any, sample_weight: Any, batch_size: Optional[int], shuffle: bool,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, List
 
 import torch
 
-from distrib.utils.nest import flatten, map_structure
+from distrib.utils.nest import flatten, is_namedtuple, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -28,7 +28,8 @@ __all__ = ["rows_of", "assemble", "concat", "interleave"]
 
 
 def rows_of(y_pred: Any) -> int:
-    """Rows (examples) in one step's predictions."""
+    """Rows (examples) in one step's predictions; a scalar one is one row (why the rules of the rows of
+    a batch differ: `distrib.training.execution.data_adapter.count_rows`)."""
     leaves = [t for t in flatten(y_pred) if isinstance(t, torch.Tensor)]
     if not leaves:
         raise ValueError("predict: the module returned no tensors")
@@ -56,7 +57,7 @@ def concat(outputs: List[Any]) -> Any:
         return type(first)((k, concat([o[k] for o in outputs])) for k in first)
     if isinstance(first, (list, tuple)):
         parts = [concat([o[i] for o in outputs]) for i in range(len(first))]
-        return type(first)(*parts) if hasattr(first, "_fields") else type(first)(parts)
+        return type(first)(*parts) if is_namedtuple(first) else type(first)(parts)
     raise TypeError(f"predict: the module returned a {type(first).__name__}; return tensors "
                     "(or tuples/dicts of tensors)")
 

@@ -42,7 +42,7 @@ import torch
 from distrib.data.batch_split import leading_rows
 from distrib.strategies.step_scheduler import ScheduledResult, StepScheduler
 from distrib.training.execution import steps as step_fns
-from distrib.training.execution.loop_host import LoopHost
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.scheduled_input import (ScheduledEpochs, ScheduledEval, build_on_chief, dataset_recipe,
                                               per_worker_iterator, refuse_array_options, required_steps)
 from distrib.training.execution.step_executor import StepExecutor
@@ -75,7 +75,7 @@ def _load_buffers(module: torch.nn.Module, values: Dict[str, torch.Tensor]) -> N
                 buffer.copy_(value.to(buffer.dtype))
 
 
-def run_execution(loop: LoopHost, iterator: Iterator[Any], steps: int, phase: Phase,
+def run_execution(loop: TrainerState, iterator: Iterator[Any], steps: int, phase: Phase,
                   buffers: Dict[str, torch.Tensor],
                   between_steps: Callable[[Sequence[torch.Tensor]], None]) -> Dict[str, Any]:
     """Runs on a worker: up to ``steps`` steps of ``phase``; returns the summed loss, examples, steps, buffers."""
@@ -109,7 +109,7 @@ class ScheduledExecutor(StepExecutor):
 
     eager_batch_logs = False
 
-    def __init__(self, loop: LoopHost, scheduler: StepScheduler) -> None:
+    def __init__(self, loop: TrainerState, scheduler: StepScheduler) -> None:
         self.loop = loop
         self.scheduler = scheduler
         self._pending: List[Tuple[ScheduledResult, int]] = []

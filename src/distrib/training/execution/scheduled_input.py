@@ -31,7 +31,7 @@ from distrib.data.dataset_creator import DatasetCreator
 from distrib.data.input_context import InputContext
 from distrib.strategies.step_scheduler import StepScheduler
 from distrib.training.execution import steps as step_fns
-from distrib.training.execution.loop_host import LoopHost
+from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_loop import default_log_every
 
 __all__ = ["OUT_OF_DATA_WARNING", "required_steps", "dataset_recipe", "refuse_array_options", "ScheduledEpochs",
@@ -92,7 +92,7 @@ def dataset_recipe(x: Any, y: Any, what: str) -> Callable[[InputContext], Any]:
                     f"distrib.data.Dataset; got {type(x).__name__}")
 
 
-def per_worker_iterator(loop: LoopHost, scheduler: StepScheduler, dataset_fn: Callable) -> Iterator[Any]:
+def per_worker_iterator(loop: TrainerState, scheduler: StepScheduler, dataset_fn: Callable) -> Iterator[Any]:
     """One iterator on every worker over ``dataset_fn``'s pipeline for that worker."""
     strategy = loop.strategy
 
@@ -102,7 +102,7 @@ def per_worker_iterator(loop: LoopHost, scheduler: StepScheduler, dataset_fn: Ca
     return iter(scheduler.create_per_worker_dataset(per_worker))
 
 
-def build_on_chief(loop: LoopHost, dataset_fn: Callable) -> None:
+def build_on_chief(loop: TrainerState, dataset_fn: Callable) -> None:
     """Materialise lazy modules and the compiled metrics from one batch run on the chief.
 
     The chief draws one batch from ``dataset_fn`` (input pipeline 0 of one)

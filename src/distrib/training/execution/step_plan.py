@@ -19,30 +19,19 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
 from distrib.utils.optional import keras_layers_class
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.strategies.interface import Strategy
+    from distrib.training.execution.trainer_state import TrainerState
 
-__all__ = ["StepPlan", "PlannedLoop", "plan_for", "placement"]
-
-
-class PlannedLoop(Protocol):
-    """What a plan is made from and kept on (a `distrib.training.execution.loop_host.LoopHost` is one)."""
-
-    module: torch.nn.Module
-    strategy: "Strategy"
-    optimizer: Any
-    torch_optimizer: Optional[torch.optim.Optimizer]
-    loss_scale_optimizer: Any
-    step_plan: Optional["StepPlan"]
+__all__ = ["StepPlan", "plan_for", "placement"]
 
 
-def placement(loop: PlannedLoop) -> Tuple[torch.device, Optional[torch.dtype]]:
+def placement(loop: "TrainerState") -> Tuple[torch.device, Optional[torch.dtype]]:
     """The device of the module's parameters and its floating dtype (inputs are cast to it)."""
     device, dtype = loop.strategy.device, None
     for p in loop.module.parameters():
@@ -58,7 +47,7 @@ def _takes_training(module: Any) -> bool:
     return layer is not None and isinstance(module, layer) and bool(getattr(module, "_call_has_training_arg", False))
 
 
-def _loss_scaler(loop: PlannedLoop) -> Any:
+def _loss_scaler(loop: "TrainerState") -> Any:
     """The `LossScaleOptimizer` a train step goes through: ``loop.optimizer`` when it is one (as Keras
     makes it under ``mixed_float16``), else one made on first use under ``mixed_float16``, else None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
@@ -88,7 +77,7 @@ class StepPlan:
 
     __slots__ = ("device", "dtype", "autocast", "takes_training", "scaler", "final")
 
-    def __init__(self, loop: PlannedLoop) -> None:
+    def __init__(self, loop: "TrainerState") -> None:
         from distrib.mixed_precision.policy import global_policy
 
         self.device, self.dtype = placement(loop)
@@ -99,7 +88,7 @@ class StepPlan:
         self.final = self.dtype is not None
 
 
-def plan_for(loop: PlannedLoop) -> StepPlan:
+def plan_for(loop: "TrainerState") -> StepPlan:
     """``loop.step_plan``, resolved now if the call has none yet (or only a provisional one)."""
     plan = loop.step_plan
     if plan is None or not plan.final:

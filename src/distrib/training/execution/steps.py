@@ -20,21 +20,26 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
+from distrib.comm.elastic_abilities import ElasticAbilities
 from distrib.errors import first_line
 from distrib.losses.reduction import losses_scaled_by_model
 from distrib.training.execution.step_plan import StepPlan, plan_for
-from distrib.utils.nest import flatten, map_structure
+from distrib.utils.nest import flatten, is_namedtuple, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.training.execution.loop_host import LoopHost
+    from distrib.training.execution.trainer_state import TrainerState
 
 __all__ = ["unpack", "call_module", "forward_and_loss", "train_step", "test_step", "predict_step", "regularization_loss",
            "wrap_for_loss_scaling", "apply_variable_dtype"]
 
 
+#: A batch of exactly these types is no namedtuple (asked without a call: this runs every step).
+_PLAIN_SEQUENCES = (tuple, list)
+
+
 def unpack(data: Any) -> Tuple[Any, Any, Any]:
     """``(x, y, sample_weight)`` from a batch: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``."""
-    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+    if isinstance(data, (list, tuple)) and (type(data) in _PLAIN_SEQUENCES or not is_namedtuple(data)):
         if len(data) == 1:
             return data[0], None, None
         if len(data) == 2:
@@ -81,7 +86,7 @@ def _to_device(plan: StepPlan, value: Any) -> Any:
                          if isinstance(t, torch.Tensor) and t.device != device else t, value)
 
 
-def call_module(loop: "LoopHost", x: Any) -> Any:
+def call_module(loop: "TrainerState", x: Any) -> Any:
     """``module(x)``; a tuple ``x`` is spread as positional arguments, a dict as keywords.
 
     A Keras 3 model (torch backend) also gets ``training=`` from the module's
@@ -93,7 +98,7 @@ def call_module(loop: "LoopHost", x: Any) -> Any:
     return _call_with_policy(loop, plan, _prepare_x(plan, x))
 
 
-def _call_with_policy(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
+def _call_with_policy(loop: "TrainerState", plan: StepPlan, x: Any) -> Any:
     if plan.autocast is None:
         return _call(loop, plan, x)
     device_type, dtype = plan.autocast
@@ -103,7 +108,7 @@ def _call_with_policy(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
                          and t.dtype != torch.float32 else t, out)
 
 
-def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
+def _call(loop: "TrainerState", plan: StepPlan, x: Any) -> Any:
     module = loop.module
     phase = {"training": bool(module.training)} if plan.takes_training else {}
     try:
@@ -111,7 +116,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
             return module(x, **phase)
         if isinstance(x, dict):
             return module(**x, **phase)
-        if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        if isinstance(x, (list, tuple)) and not is_namedtuple(x):
             return module(*x, **phase)
         return module(x, **phase)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
@@ -121,7 +126,7 @@ def _call(loop: "LoopHost", plan: StepPlan, x: Any) -> Any:
                          "(check the input shape the module expects)") from e
 
 
-def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
+def regularization_loss(loop: "TrainerState") -> Optional[torch.Tensor]:
     """The sum of ``module.losses`` (a list of scalars or a method returning one), or None."""
     losses = getattr(loop.module, "losses", None)  # duck-typed user module: Keras layers have losses, torch modules not
     if losses is None:
@@ -137,7 +142,7 @@ def regularization_loss(loop: "LoopHost") -> Optional[torch.Tensor]:
     return total
 
 
-def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
+def _loss(loop: "TrainerState", y: Any, y_pred: Any, sw: Any, global_batch_size: int) -> torch.Tensor:
     if y is None:
         raise ValueError("fit/evaluate got batches without targets: give y (or a dataset of (x, y) pairs)")
     try:
@@ -153,19 +158,19 @@ def _loss(loop: "LoopHost", y: Any, y_pred: Any, sw: Any, global_batch_size: int
     return loss
 
 
-def train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def train_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _train_step(loop, data, global_batch_size)
 
 
-def forward_and_loss(loop: "LoopHost", x: Any, y: Any, sw: Any,
+def forward_and_loss(loop: "TrainerState", x: Any, y: Any, sw: Any,
                      global_batch_size: int) -> Tuple[Any, torch.Tensor]:
     """``(module(x), loss)`` of inputs already on the device: what ``jit_compile=True`` compiles."""
     y_pred = _call_with_policy(loop, loop.step_plan or plan_for(loop), x)
     return y_pred, _loss(loop, y, y_pred, sw, global_batch_size)
 
 
-def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
+def _forward_and_loss(loop: "TrainerState", plan: StepPlan, data: Any,
                       global_batch_size: int) -> Tuple[Any, Any, Any, torch.Tensor]:
     """``(y, sample_weight, y_pred, loss)`` of a batch, compiled where the model asked for it."""
     x, y, sw = unpack(data)
@@ -177,7 +182,7 @@ def _forward_and_loss(loop: "LoopHost", plan: StepPlan, data: Any,
     return y, sw, y_pred, loss
 
 
-def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def _train_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
     y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
     scaler = plan.scaler
@@ -191,7 +196,9 @@ def _train_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Te
         scaler.step()  # sums, unscales, skips on inf/NaN (the same decision on every replica)
         scaler.zero_grad(set_to_none=True)
     loss = loss.detach()
-    if not loop.strategy.collective.replaying_before_it_joined():  # an elastic joiner: the members counted these
+    collective = loop.strategy.collective
+    if not (isinstance(collective, ElasticAbilities) and collective.replaying_before_it_joined()):
+        # (an elastic joiner replaying the steps before its admission: the members counted these)
         loop.loss_tracker.update(loss, global_batch_size)
         _update_metrics(loop, y, y_pred, sw)
     return loss
@@ -210,7 +217,7 @@ def apply_variable_dtype(module: torch.nn.Module) -> None:
         module.to(dtype)
 
 
-def wrap_for_loss_scaling(loop: "LoopHost") -> Any:
+def wrap_for_loss_scaling(loop: "TrainerState") -> Any:
     """At compile: under ``mixed_float16`` wrap ``loop.optimizer`` in a `LossScaleOptimizer` (Keras does);
     returns the loop's `LossScaleOptimizer` or None."""
     from distrib.mixed_precision import LossScaleOptimizer, global_policy
@@ -223,12 +230,12 @@ def wrap_for_loss_scaling(loop: "LoopHost") -> Any:
     return loop.optimizer
 
 
-def test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def test_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     with losses_scaled_by_model():
         return _test_step(loop, data, global_batch_size)
 
 
-def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Tensor:
+def _test_step(loop: "TrainerState", data: Any, global_batch_size: int) -> torch.Tensor:
     plan = plan_for(loop)
     with torch.no_grad():
         y, sw, y_pred, loss = _forward_and_loss(loop, plan, data, global_batch_size)
@@ -237,12 +244,12 @@ def _test_step(loop: "LoopHost", data: Any, global_batch_size: int) -> torch.Ten
     return loss
 
 
-def predict_step(loop: "LoopHost", x: Any) -> Any:
+def predict_step(loop: "TrainerState", x: Any) -> Any:
     with torch.no_grad():
         return call_module(loop, x)
 
 
-def _update_metrics(loop: "LoopHost", y: Any, y_pred: Any, sw: Any) -> None:
+def _update_metrics(loop: "TrainerState", y: Any, y_pred: Any, sw: Any) -> None:
     metrics = loop.compiled_metrics
     if metrics is None or metrics.empty:
         return

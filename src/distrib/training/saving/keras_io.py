@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 import torch
 
-from distrib.errors import DistribError
+from distrib.errors import DistribError, first_line
 from distrib.training.errors import SerializationError, WeightsMismatchError
 from distrib.utils.optional import keras_layers_class
 
@@ -105,7 +105,7 @@ def keras_from_config(config: Dict[str, Any], custom_objects: Optional[Dict[str,
     try:
         return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects, safe_mode=safe_mode)
     except Exception as e:  # noqa: BLE001 - Keras reports unknown classes as TypeError/ValueError
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = first_line(e)
         raise SerializationError(f"{where}: Keras cannot rebuild the saved model ({first[:300]}); register its "
                                  "custom classes with keras.saving.register_keras_serializable or pass "
                                  "custom_objects") from None

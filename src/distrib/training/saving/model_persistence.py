@@ -50,7 +50,7 @@ class ModelPersistence:
         """The module's and optimizer's tensors, which `load_state_dict` sets to the saved values unchanged.
 
         A `distrib.train.Checkpoint` restores these straight from the file
-        (see `distrib.checkpoint.inplace_restore`); metric states are not
+        (see `distrib.checkpoint.files.inplace_restore`); metric states are not
         among them, since a restore may zero them on all replicas but the first.
         """
         return model_state.verbatim_model_tensors(self)

@@ -50,7 +50,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, check_overwrite, write_directory
-from distrib.checkpoint.format import copy_state
+from distrib.checkpoint.files.format import copy_state
 from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.training.saving import keras_io
 from distrib.training.saving.architecture import describe

@@ -1,7 +1,7 @@
 """A model's restorable state: module, optimizer and metric states; weights as numpy arrays.
 
 ``Model.state_dict()`` holds tensors and plain values only (what
-`distrib.checkpoint.format` saves without pickle)::
+`distrib.checkpoint.files.format` saves without pickle)::
 
     {"module": module.state_dict(), "optimizer": optimizer.state_dict() or None,
      "metrics": {"loss": {...}, "<metric name>": {...}}, "metrics_aggregated": bool}
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import numpy as np
 import torch
 
-from distrib.checkpoint.inplace_restore import verbatim_tensors
+from distrib.checkpoint.files.inplace_restore import verbatim_tensors
 from distrib.checkpoint.optimizer_state import check_optimizer_state
 from distrib.comm.collective import ReduceOp
 from distrib.utils.nest import map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
-    from distrib.training.execution.loop_host import LoopHost
+    from distrib.training.execution.trainer_state import TrainerState
 
 __all__ = ["model_state_dict", "load_model_state", "verbatim_model_tensors", "fold_metrics", "apply_metric_state", "get_weights", "set_weights"]
 
@@ -51,7 +51,7 @@ def _zeroed(state: Any) -> Any:
     return map_structure(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v, state)
 
 
-def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[str, Any]:
+def model_state_dict(loop: "TrainerState", aggregate_metrics: bool = False) -> Dict[str, Any]:
     """See `Model.state_dict`."""
     strategy = loop.strategy
     metrics: Dict[str, Any] = {"loss": loop.loss_tracker.state_dict(aggregate=aggregate_metrics)}
@@ -66,13 +66,13 @@ def model_state_dict(loop: "LoopHost", aggregate_metrics: bool = False) -> Dict[
     }
 
 
-def verbatim_model_tensors(loop: "LoopHost") -> List[torch.Tensor]:
+def verbatim_model_tensors(loop: "TrainerState") -> List[torch.Tensor]:
     """See `Model.tensors_restored_verbatim`."""
     optimizer = loop.torch_optimizer
     return verbatim_tensors(loop.module) + ([] if optimizer is None else verbatim_tensors(optimizer))
 
 
-def fold_metrics(loop: "LoopHost") -> None:
+def fold_metrics(loop: "TrainerState") -> None:
     """Move every replica's metric sums onto replica 0, zeros elsewhere (a collective; the logs do not change).
 
     Called before workers leave an elastic job, so their share of the
@@ -85,7 +85,7 @@ def fold_metrics(loop: "LoopHost") -> None:
     apply_metric_state(loop, {"metrics": metrics, "aggregated": strategy.multi_replica})
 
 
-def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:
+def load_model_state(loop: "TrainerState", state: Dict[str, Any]) -> None:
     """See `Model.load_state_dict`."""
     loop.module.load_state_dict(state["module"])
     if state.get("optimizer") is not None:
@@ -99,7 +99,7 @@ def load_model_state(loop: "LoopHost", state: Dict[str, Any]) -> None:
                                    "aggregated": bool(state.get("metrics_aggregated", False))})
 
 
-def apply_metric_state(loop: "LoopHost", saved: Dict[str, Any]) -> None:
+def apply_metric_state(loop: "TrainerState", saved: Dict[str, Any]) -> None:
     """Restore metric states now, or hold them in ``loop.metric_restore`` until the metrics are built.
 
     Metrics are built on the first batch (multi-output models), and compile

@@ -29,12 +29,12 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.chief_directory import NestedState, PendingDirectory, write_directory
-from distrib.checkpoint.format import copy_state, load_state
-from distrib.checkpoint.fs import url_to_fs
-from distrib.checkpoint.inplace_restore import EXACT_CASTS
-from distrib.checkpoint.state_file import StateFile, TensorRef
+from distrib.checkpoint.files.format import copy_state, load_state
+from distrib.checkpoint.files.fs import url_to_fs
+from distrib.checkpoint.files.inplace_restore import EXACT_CASTS
+from distrib.checkpoint.files.state_file import StateFile, TensorRef
 from distrib.checkpoint.strategy_lookup import resolve_role
 from distrib.training.errors import WeightsMismatchError
 

@@ -50,11 +50,11 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.discovery import numbered_checkpoints
-from distrib.checkpoint.storage import CheckpointWarning, CorruptCheckpointError
-from distrib.errors import DistribError
+from distrib.checkpoint.files.storage import CheckpointWarning, CorruptCheckpointError
 from distrib.training.sidecar.layouts import BACKUP_PREFIX, NotAModelCheckpoint, model_weights, unusable_entries
+from distrib.errors import DistribError, first_line
 from distrib.training.sidecar.state import STATE_FILE as SIDECAR_STATE_FILE
 from distrib.training.sidecar.state import SidecarState
 
@@ -218,7 +218,7 @@ class SidecarEvaluator:
         try:
             self.model.module.load_state_dict(weights)
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise SidecarEvaluatorError(f"{path}: {self.model_key!r} does not fit the evaluator's model: "
                                         f"{first}; build the same architecture as the training tasks") from exc
 

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from distrib.checkpoint import storage
+from distrib.checkpoint.files import storage
 from distrib.checkpoint.checkpoint import STATE_FILE
 from distrib.checkpoint.discovery import numbered_checkpoints
 from distrib.checkpoint.manager import INDEX_FILE, PEER_SNAPSHOT

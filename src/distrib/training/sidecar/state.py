@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Set
 
-from distrib.checkpoint.fs import atomic_write_bytes, url_to_fs
+from distrib.checkpoint.files.fs import atomic_write_bytes, url_to_fs
 from distrib.errors import DistribError
 
 __all__ = ["SidecarStateError", "SidecarState", "STATE_FILE"]

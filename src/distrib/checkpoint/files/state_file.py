@@ -13,7 +13,7 @@ decodes the skeleton with `TensorRef` stand-ins instead of data, and
 `StateFile.stream_into` then reads each tensor straight into the memory it
 restores, and proves the file did not change in between.
 
-Hashing runs on a thread of its own (`distrib.checkpoint.hash_pipe`), beside
+Hashing runs on a thread of its own (`distrib.checkpoint.files.hash_pipe`), beside
 the reads.
 
 Example:
@@ -35,11 +35,11 @@ from typing import Any, BinaryIO, Dict, Mapping, Optional, Tuple
 import torch
 
 from distrib.checkpoint.errors import CorruptCheckpointError, UnsafeFileError
-from distrib.checkpoint.format import decode_state, read_tensors
-from distrib.checkpoint.fs import is_local, join, url_to_fs
-from distrib.checkpoint.hash_pipe import HashPipe
-from distrib.checkpoint.manifest import check_file_name, open_checked
-from distrib.checkpoint.safetensors_io import CHUNK_BYTES, Header, TensorEntry, read_header
+from distrib.checkpoint.files.format import decode_state, read_tensors
+from distrib.checkpoint.files.fs import is_local, join, url_to_fs
+from distrib.checkpoint.files.hash_pipe import HashPipe
+from distrib.checkpoint.files.manifest import check_file_name, open_checked
+from distrib.checkpoint.files.safetensors_io import CHUNK_BYTES, Header, TensorEntry, read_header
 
 __all__ = ["TensorRef", "StateFile", "read_state_verified", "verify_file"]
 

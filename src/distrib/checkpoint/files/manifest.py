@@ -24,7 +24,7 @@ import stat
 from typing import Any, BinaryIO, Dict, Tuple
 
 from distrib.checkpoint.errors import CorruptCheckpointError
-from distrib.checkpoint.fs import is_local, url_to_fs
+from distrib.checkpoint.files.fs import is_local, url_to_fs
 
 __all__ = ["MAX_MANIFEST_BYTES", "MAX_FILE_BYTES", "parse_manifest", "check_file_name", "read_bounded",
            "open_checked"]

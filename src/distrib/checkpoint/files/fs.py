@@ -18,7 +18,7 @@ from typing import List, Tuple
 import fsspec
 from fsspec import AbstractFileSystem
 
-from distrib.errors import DistribError
+from distrib.errors import DistribError, first_line
 
 __all__ = ["check_backend", "StorageBackendError", "check_writable", "CheckpointDirectoryError", "join", "exists", "remove", "list_names", "atomic_write_bytes", "url_to_fs", "is_local", "sha256",
            "fsync_dir", "write_local"]
@@ -76,7 +76,7 @@ def check_backend(path: str, who: str) -> None:
     try:
         fsspec.get_filesystem_class(protocol)
     except ImportError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else f"{protocol} support is missing"
+        reason = first_line(exc) if str(exc).strip() else f"{protocol} support is missing"
         raise StorageBackendError(
             f"{who}: {str(path)!r} needs an fsspec backend that is not installed ({reason}); "
             f"install it (e.g. pip install s3fs for s3://, gcsfs for gs://) or use a local path") from None

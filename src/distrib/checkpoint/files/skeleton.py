@@ -4,7 +4,7 @@
 and scalars, plain leaves) into a JSON-able skeleton and the tensors it names;
 `decode_skeleton` rebuilds the state from them and refuses, with one line,
 anything the encoder would not have written (no code runs on load).
-`distrib.checkpoint.format` puts both in one safetensors file.
+`distrib.checkpoint.files.format` puts both in one safetensors file.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from distrib.checkpoint.errors import UnsafeFileError
+from distrib.utils.nest import is_namedtuple
 
 __all__ = ["SkeletonEncoder", "decode_skeleton", "check_tensor", "check_array", "check_key", "unsupported", "short",
            "state_dict_metadata"]
@@ -69,7 +70,7 @@ class SkeletonEncoder:
             return {"ndarray": self._add(path, torch.from_numpy(np.ascontiguousarray(value)))}
         if isinstance(value, dict):
             return self._encode_dict(value, path)
-        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        if isinstance(value, tuple) and not is_namedtuple(value):
             return {"tuple": [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]}
         if isinstance(value, list):
             return [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]

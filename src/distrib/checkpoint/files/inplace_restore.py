@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple
 import torch
 
 from distrib.checkpoint.errors import CheckpointRestoreError, CorruptCheckpointError, UnsafeFileError
-from distrib.checkpoint.format import decode_state
-from distrib.checkpoint.state_file import StateFile, TensorRef
+from distrib.checkpoint.files.format import decode_state
+from distrib.checkpoint.files.state_file import StateFile, TensorRef
 from distrib.checkpoint.trackable import RestoresVerbatim
 
 __all__ = ["verbatim_tensors", "match_targets", "check_declared", "restore_in_place", "EXACT_CASTS",

@@ -36,10 +36,11 @@ from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
 from distrib.checkpoint.errors import UnsafeFileError
-from distrib.checkpoint.fs import url_to_fs
-from distrib.checkpoint.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
-from distrib.checkpoint.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
+from distrib.checkpoint.files.fs import url_to_fs
+from distrib.checkpoint.files.safetensors_io import Header, check_leading_bytes, read_header, write_tensors
+from distrib.checkpoint.files.skeleton import (SkeletonEncoder, check_array, check_key, check_tensor, decode_skeleton, short,
                                          state_dict_metadata, unsupported)
+from distrib.utils.nest import is_namedtuple
 
 __all__ = [
     "FORMAT_VERSION",
@@ -158,7 +159,7 @@ def _copy(value: Any, path: str, reuse: Any = None) -> Any:
         if meta is not None:
             out._metadata = _copy(dict(meta), f"{path}/_metadata")  # type: ignore[union-attr]
         return out
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+    if isinstance(value, (list, tuple)) and not is_namedtuple(value):
         old_items = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else [None] * len(value)
         items = [_copy(v, f"{path}/{i}", old_items[i]) for i, v in enumerate(value)]
         return tuple(items) if isinstance(value, tuple) else items
@@ -236,9 +237,9 @@ def save_state(state: Any, path_or_url: str) -> None:
     """Write ``state`` to one safetensors file at a local path or fsspec URL, a tensor at a time.
 
     The state is never serialised whole in memory: each tensor goes from its
-    own memory to the file (see `distrib.checkpoint.safetensors_io`). This
+    own memory to the file (see `distrib.checkpoint.files.safetensors_io`). This
     writes in place; for crash safety write inside
-    `distrib.checkpoint.storage.AtomicDirectory` instead.
+    `distrib.checkpoint.files.storage.AtomicDirectory` instead.
 
     Raises:
         TypeError: a leaf, key or tensor type is not supported; the message names it.

@@ -5,9 +5,9 @@ training thread:
 
 1. *stage* (the caller's thread, at the step): the state is taken -- any
    collectives it needs included -- and copied to the CPU
-   (`distrib.checkpoint.format.copy_state`);
+   (`distrib.checkpoint.files.format.copy_state`);
 2. *write* (a `BackgroundWrite` thread): the copy is streamed into an
-   `distrib.checkpoint.storage.AtomicDirectory` and published by its one
+   `distrib.checkpoint.files.storage.AtomicDirectory` and published by its one
    rename, exactly as a blocking save publishes; a crash before the rename
    leaves the previous checkpoint as the newest;
 3. *finish* (the caller's thread, at the next save, ``sync()``, a restore or

@@ -35,7 +35,7 @@ Example:
     False
 
 The path helpers (`join`, `exists`, `remove`, `list_names`,
-`atomic_write_bytes`) come from `distrib.checkpoint.fs` and the per-worker
+`atomic_write_bytes`) come from `distrib.checkpoint.files.fs` and the per-worker
 paths (`write_path_for`, ...) from `distrib.checkpoint.worker_paths`, the
 error classes (`CorruptCheckpointError`, ...) from `distrib.checkpoint.errors`;
 all are re-exported here.
@@ -50,13 +50,13 @@ import uuid
 from typing import Any, BinaryIO, Callable, Dict, Optional
 
 from distrib.checkpoint.errors import CheckpointNotFoundError, CheckpointWarning, CorruptCheckpointError
-from distrib.checkpoint.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
+from distrib.checkpoint.files.fs import (atomic_write_bytes, exists, fsync_dir, is_local, join, list_names, remove,
                                    sha256, url_to_fs, write_local)
-from distrib.checkpoint.format import encode_state
-from distrib.checkpoint.hash_pipe import HashPipe
-from distrib.checkpoint.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
-from distrib.checkpoint.safetensors_io import write_tensors
-from distrib.checkpoint.state_file import read_state_verified, verify_file
+from distrib.checkpoint.files.format import encode_state
+from distrib.checkpoint.files.hash_pipe import HashPipe
+from distrib.checkpoint.files.manifest import MAX_MANIFEST_BYTES, check_file_name, parse_manifest, read_bounded
+from distrib.checkpoint.files.safetensors_io import write_tensors
+from distrib.checkpoint.files.state_file import read_state_verified, verify_file
 from distrib.checkpoint.worker_paths import remove_write_path, worker_write_path, write_path_for
 
 __all__ = [
@@ -176,7 +176,7 @@ class AtomicDirectory:
         return self.write_with(name, produce)
 
     def write_state(self, name: str, state: Any) -> str:
-        """Write a nested state (see `distrib.checkpoint.format`) as file ``name``, a tensor at a time.
+        """Write a nested state (see `distrib.checkpoint.files.format`) as file ``name``, a tensor at a time.
 
         Nothing the size of the state is built in memory: each tensor goes from
         its own memory to the file while the file's sha256 is computed.
@@ -254,7 +254,7 @@ class AtomicDirectory:
 def read_manifest(path: str) -> Dict[str, Any]:
     """The verified manifest of a committed checkpoint (marker present and matching).
 
-    The manifest is untrusted input: see `distrib.checkpoint.manifest`.
+    The manifest is untrusted input: see `distrib.checkpoint.files.manifest`.
 
     Raises:
         CheckpointNotFoundError: nothing is at ``path``.
