@@ -6,13 +6,10 @@ Tracked objects are anything with ``state_dict()``/``load_state_dict()``
 checkpoint is one atomic directory (see `distrib.checkpoint.files.storage`) holding
 ``state.safetensors``; loading never unpickles.
 
-Multi-worker: every worker calls `save`/`write` (the state may be gathered
-with collectives), the chief's directory lands at the path, the other workers
-write to private temporary directories that are removed at once. The call
-returns on every worker only after the chief has committed, and fails on every
-worker if any worker failed. The strategy is the open scope's, else the one
-whose scope was open when the `Checkpoint` was created (see
-`distrib.checkpoint.strategy_lookup`).
+Multi-worker: every worker calls `save`/`write` (the state may be gathered with collectives); the
+chief's directory lands at the path, the others write private temporary directories removed at once.
+The call returns on every worker after the chief committed, and fails on all if any failed. The
+strategy is the open scope's, else the one open at creation (`distrib.checkpoint.strategy_lookup`).
 
 The role (`CheckpointRole`: who writes, how the workers agree) is decided once
 per public operation, at its entry, and passed down; nothing below looks it

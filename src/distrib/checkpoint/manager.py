@@ -10,13 +10,10 @@ The listing, not the index, decides what exists: `latest_checkpoint` is the
 highest-numbered complete, verified ``ckpt-N``. The index only remembers which
 checkpoints ``keep_checkpoint_every_n_hours`` preserved.
 
-Multi-worker: creating a manager is collective (the chief lists the directory,
-every worker gets its view, so ``latest_checkpoint`` agrees from the start);
-every worker calls `save` (it is collective); the chief writes
-and deletes, the others write to private temporary directories, and afterwards
-every worker's `latest_checkpoint` and `checkpoints` are the chief's.
-`restore_or_initialize` is collective too: every worker restores the path the
-chief chose.
+Multi-worker: creating a manager is collective (the chief lists the directory, every worker gets
+its view, so ``latest_checkpoint`` agrees from the start); every worker calls `save` (collective):
+the chief writes and deletes, the others write private temporary directories, and afterwards every
+worker's `latest_checkpoint` and `checkpoints` are the chief's. `restore_or_initialize` is collective.
 
 The role (who writes, how the workers agree) is resolved once at the entry of
 `save` and of `restore_or_initialize`, and passed down (see

@@ -25,6 +25,7 @@ import safetensors.torch
 import torch
 
 from distrib.data.blocks import Block, IndexBlock, ListBlock, TensorTable
+from distrib.utils.nest import is_namedtuple
 
 __all__ = ["encode_elements", "decode_record", "RecordError"]
 
@@ -43,7 +44,7 @@ def _tree(value: Any, leaves: List[Any]) -> Any:
         return {"k": "dict", "keys": list(value), "c": [_tree(v, leaves) for v in value.values()]}
     if isinstance(value, tuple):
         children = [_tree(v, leaves) for v in value]
-        if hasattr(value, "_fields"):
+        if is_namedtuple(value):
             return {"k": "nt", "name": type(value).__name__, "fields": list(value._fields), "c": children}
         return {"k": "tuple", "c": children}
     if isinstance(value, list):

@@ -94,6 +94,10 @@ class WorkerPool:
 def with_element_note(error: BaseException, what: str, position: int) -> BaseException:
     """``error`` (the user's own exception, traceback kept) with a note naming the element."""
     note = f"distrib.data: raised by the {what} on element {position} of its input"
-    if note not in getattr(error, "__notes__", ()):  # BaseException.__notes__ exists only once a note is added
+    try:
+        notes = error.__notes__  # exists only once a note was added
+    except AttributeError:
+        notes = []
+    if note not in notes:
         error.add_note(note)
     return error

@@ -1,18 +1,10 @@
 """Variables on parameter servers: placement, reading and writing, as the chief sees them.
 
-Every parameter registered while ``strategy.scope()`` is open on the chief
-becomes a *variable*: when the scope closes it is split into shards (one,
-unless the strategy has a ``variable_partitioner``), the shards are placed on
-the ps tasks round-robin in creation order, and each ps receives its shards'
-values. Until the first function is scheduled the chief's tensors are the
-variables' values: whatever the program writes into them after the scope
-closed (``weight.copy_(w)`` under ``no_grad``, ``.data`` writes) is sent again
-when training starts (`send_first_values`). From then on the ps tasks hold
-the values that training updates. The chief's own tensor is only a cache: it is refreshed from the ps
-tasks before the module's ``forward`` and ``state_dict`` (when training has
-happened since the last refresh), and ``load_state_dict`` writes the loaded
-values through to the ps tasks, so evaluation and checkpoints on the chief
-see and set the trained values.
+Every parameter registered while ``strategy.scope()`` is open on the chief becomes a *variable*: split
+into shards when the scope closes (one, unless a ``variable_partitioner``), placed on the ps tasks
+round-robin. Until the first function is scheduled the chief's tensors are the values (writes after the
+scope are sent when training starts: `send_first_values`); from then on the ps tasks hold them, and the
+chief's tensor is a cache refreshed before ``forward``/``state_dict`` (``load_state_dict`` writes through).
 
 Example (2 ps tasks, no partitioner):
     >>> with strategy.scope():
