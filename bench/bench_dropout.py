@@ -29,8 +29,8 @@ import time
 import torch
 
 from distrib.comm.options import CommunicationOptions
-from distrib.data import batch_position
-from distrib.data.batch_position import RowPosition
+from distrib.data.distribution import batch_position
+from distrib.data.distribution.batch_position import RowPosition
 from distrib.strategies import context
 from distrib.strategies.layer_patches.global_dropout import install_functional_dropout, use_global_batch_dropout
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from distrib.data import AutoShardPolicy, Options
-from distrib.data.adapters import as_dataset
+from distrib.data.distribution.adapters import as_dataset
 from distrib.testing.simulated import run_workers
 
 

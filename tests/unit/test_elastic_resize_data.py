@@ -12,11 +12,11 @@ import torch
 from distrib.comm.collective import LocalCollective
 from distrib.comm.elastic.resize import changes_to_make, membership_votes, next_members
 from distrib.data import Dataset
-from distrib.data.distributed import distribute_dataset
-from distrib.data.distributed_iterator import InputReshardError
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.distribution.distributed import distribute_dataset
+from distrib.data.distribution.distributed_iterator import InputReshardError
+from distrib.data.distribution.input_context import InputContext, InputPlacement
 from distrib.data.options import AutoShardPolicy, Options
-from distrib.data.sharding import Sharding, resharding_limit
+from distrib.data.distribution.sharding import Sharding, resharding_limit
 
 
 class Host:

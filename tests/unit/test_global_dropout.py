@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.utils.checkpoint
 
-from distrib.data import batch_position
-from distrib.data.batch_position import RowPosition
+from distrib.data.distribution import batch_position
+from distrib.data.distribution.batch_position import RowPosition
 from distrib.data.batch_split import split_bounds
 from distrib.strategies.layer_patches import global_dropout
 from distrib.strategies.layer_patches.global_dropout import keyed_keep_mask, use_global_batch_dropout, uses_global_batch_dropout

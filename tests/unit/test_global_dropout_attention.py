@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from distrib.data import batch_position
-from distrib.data.batch_position import RowPosition
+from distrib.data.distribution import batch_position
+from distrib.data.distribution.batch_position import RowPosition
 from distrib.strategies import context
 from distrib.strategies.layer_patches import global_dropout
 from test_global_dropout import _as_replicas, _Owner

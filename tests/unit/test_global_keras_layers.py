@@ -15,8 +15,8 @@ keras = pytest.importorskip("keras")
 
 from distrib import hooks  # noqa: E402
 from distrib.comm.options import CommunicationOptions  # noqa: E402
-from distrib.data import batch_position  # noqa: E402
-from distrib.data.batch_position import RowPosition  # noqa: E402
+from distrib.data.distribution import batch_position  # noqa: E402
+from distrib.data.distribution.batch_position import RowPosition  # noqa: E402
 from distrib.data.batch_split import split_bounds  # noqa: E402
 from distrib.strategies import context  # noqa: E402
 from distrib.strategies.layer_patches import global_dropout, keras_random  # noqa: E402

@@ -15,8 +15,8 @@ os.environ.setdefault("KERAS_BACKEND", "torch")  # before the first import of ke
 keras = pytest.importorskip("keras")
 
 from distrib import hooks  # noqa: E402
-from distrib.data import batch_position  # noqa: E402
-from distrib.data.batch_position import RowPosition  # noqa: E402
+from distrib.data.distribution import batch_position  # noqa: E402
+from distrib.data.distribution.batch_position import RowPosition  # noqa: E402
 from distrib.strategies import context  # noqa: E402
 from distrib.strategies.layer_patches import keras_random  # noqa: E402
 from distrib.strategies.layer_patches.keras_global_layers import (  # noqa: E402

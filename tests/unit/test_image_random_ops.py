@@ -10,7 +10,7 @@ import torch
 
 import distrib
 from distrib.data import Dataset
-from distrib.data import random_draws
+from distrib.data.transforms import random_draws
 from distrib.testing.simulated import run_workers
 
 I = distrib.image

@@ -18,8 +18,8 @@ import torch
 import distrib
 from distrib.data import Dataset
 from distrib.data.blocks import TensorTable
-from distrib.data.distributed import distribute_dataset
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.distribution.distributed import distribute_dataset
+from distrib.data.distribution.input_context import InputContext, InputPlacement
 from distrib.comm.collective import LocalCollective
 
 
@@ -164,7 +164,7 @@ def test_input_options_refuse_what_distrib_does_not_do_in_one_line():
 
 def test_per_worker_input_read_ahead_ends_and_resumes_as_without():
     """A dataset function's input (per worker: its end is agreed from the first element, read ahead)."""
-    from distrib.data.distributed import distribute_from_function
+    from distrib.data.distribution.distributed import distribute_from_function
 
     class TwinCollective(LocalCollective):
         """Stands in for 2 workers that read alike (what ``all_gather_json`` gathers twice)."""

@@ -11,7 +11,7 @@ import torch
 
 from distrib.data import Dataset
 from distrib.data.batch_split import global_batch_size, per_replica_batch_size, piece_bounds, split_bounds
-from distrib.data.distributed_iterator import Ending, Phase
+from distrib.data.distribution.distributed_iterator import Ending, Phase
 from distrib.testing.simulated import run_workers
 from distrib.utils.pending_restore import PendingRestore
 

@@ -11,7 +11,8 @@ Layers, bottom up (a module may import from its own layer and those below):
   lives in ``distrib.io.dtypes`` so that Example parsing names it without
   importing the pipelines;
 * ``distrib.data`` (input pipelines: never the strategies that use them; its
-  file readers use ``distrib.io``);
+  file readers use ``distrib.io``), itself in wings, bottom up: core < sources,
+  readers < caching < transforms < parallel < distribution < the face;
 * everything else (strategies, training, checkpoint, ...);
 * ``distrib.launch`` (the launcher), imported only by ``distrib.__main__``
   and ``distrib.testing`` (whose harness runs clusters through it);
@@ -113,6 +114,47 @@ def test_input_pipelines_import_no_strategy_training_launcher_or_test_code():
     bad = [f"{a} imports {b}" for a, b in _edges() if _part_of(a, {"distrib.data"}) and _part_of(b, ABOVE_DATA)]
     assert not bad, "; ".join(bad)
 
+
+# distrib.data's wings, bottom up: a data module imports only from its own wing and those below.
+_DATA_CORE = {f"distrib.data.{m}" for m in ("dataset", "stream", "blocks", "structure", "strings", "ragged",
+                                               "options", "iterator", "operator_table", "dataset_ops",
+                                               "generators", "batch_split")}
+_DATA_WINGS = [_DATA_CORE,
+               {"distrib.data.sources", "distrib.data.readers"},
+               {"distrib.data.caching"},
+               {"distrib.data.transforms"},
+               {"distrib.data.parallel"},
+               {"distrib.data.distribution"},
+               {"distrib.data", "distrib.data.catalog", "distrib.data.experimental", "distrib.data.dataset_creator"}]
+
+
+def _data_wing(module: str) -> int:
+    """The level of a distrib.data module (the most specific wing that holds it wins)."""
+    return max((level for level, wing in enumerate(_DATA_WINGS) for w in wing
+                if module == w or (w != "distrib.data" and module.startswith(w + "."))),
+               default=len(_DATA_WINGS) - 1)
+
+
+def test_the_data_wing_rule_places_modules_where_the_list_says():
+    assert _data_wing("distrib.data.dataset") == 0
+    assert _data_wing("distrib.data.readers.text") == _data_wing("distrib.data.sources.in_memory") == 1
+    assert _data_wing("distrib.data.transforms.elementwise") < _data_wing("distrib.data.parallel.parallel_map")
+    assert _data_wing("distrib.data") == _data_wing("distrib.data.catalog") == len(_DATA_WINGS) - 1
+    assert ("distrib.data.parallel.prefetch", "distrib.data.transforms.elementwise") in _edges()
+    # Dataset's lazy import (inside a method) is seen: it is why generators.py stays in the core.
+    assert ("distrib.data.dataset", "distrib.data.generators") in _edges()
+    # loader_workers (parallel/) splits batches: why batch_split.py stays in the core.
+    assert ("distrib.data.parallel.loader_workers", "distrib.data.batch_split") in _edges()
+
+
+def test_data_wings_import_only_their_own_wing_and_those_below():
+    """core < sources, readers < caching < transforms < parallel < distribution < the face (see docs/layout.md)."""
+    modules = [m for m in _modules() if _part_of(m, {"distrib.data"})]
+    for m in modules:  # every module sits in a listed wing: a new top-level module must be placed
+        assert m == "distrib.data" or any(m == w or m.startswith(w + ".") for wing in _DATA_WINGS for w in wing), m
+    bad = [f"{a} imports {b}" for a, b in _edges()
+           if _part_of(a, {"distrib.data"}) and _part_of(b, {"distrib.data"}) and _data_wing(b) > _data_wing(a)]
+    assert not bad, "; ".join(bad)
 
 def test_io_imports_only_the_bottom_layer():
     bad = [f"{a} imports {b}" for a, b in _edges()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distrib.data import Dataset, TensorSpec
-from distrib.data.windowing import RaggedList
+from distrib.data.transforms.windowing import RaggedList
 
 
 def test_a_function_that_needs_full_batches_keeps_its_fixed_shape():

@@ -14,7 +14,7 @@ import re
 import pytest
 
 import distrib
-from distrib.data import batch_position
+from distrib.data.distribution import batch_position
 from distrib.strategies.layer_patches import keras_random
 from distrib.strategies.layer_patches.global_dropout import _place, global_place
 from distrib.utils.nest import is_namedtuple, map_structure

@@ -5,7 +5,7 @@ import torch
 
 import distrib
 from distrib.data import Dataset
-from distrib.data.random_draws import uniform
+from distrib.data.transforms.random_draws import uniform
 
 
 def jitter(x, y):

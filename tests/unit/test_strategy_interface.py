@@ -19,7 +19,7 @@ from distrib.checkpoint.rng import RNGState
 from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.comm.collective import Collective, LocalCollective, ReduceOp
 from distrib.data import Dataset, InputBinding, InputContext, InputHost, InputPlacement
-from distrib.data.distributed import distribute_dataset, distribute_from_function
+from distrib.data.distribution.distributed import distribute_dataset, distribute_from_function
 from distrib.strategies import context
 from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.central_storage import CentralStorageStrategy

@@ -21,8 +21,8 @@ sys.path.insert(0, str(TF_REFERENCE))
 from data_ops_scenarios import UNORDERED, describe, scenarios, spec_json  # noqa: E402
 
 from distrib.data import Dataset, TensorSpec  # noqa: E402
-from distrib.data.element_state import DatasetSpec  # noqa: E402
-from distrib.data.windowing import RaggedList, RaggedSpec  # noqa: E402
+from distrib.data.transforms.element_state import DatasetSpec  # noqa: E402
+from distrib.data.transforms.windowing import RaggedList, RaggedSpec  # noqa: E402
 
 REFERENCE = json.loads((TF_REFERENCE.parent / "data" / "tf_reference" / "data_ops.json").read_text())["scenarios"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrib.data.sharding import shard
+from distrib.data.distribution.sharding import shard
 from distrib.datasets import TfdsDirError, load_tfds_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tf_reference"

@@ -17,7 +17,7 @@ import torch
 import distrib
 from distrib import io as dio
 from distrib.data import AutoShardPolicy, Dataset, TFRecordDataset
-from distrib.data.sharding import Sharding, shard
+from distrib.data.distribution.sharding import Sharding, shard
 
 REF_DIR = Path(__file__).resolve().parents[1] / "data" / "tf_reference" / "tfrecord_io"
 REF = json.loads((REF_DIR / "tfrecord_io.json").read_text())

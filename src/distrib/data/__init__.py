@@ -6,12 +6,11 @@ Example (seed 001's pipeline, ported line for line):
     >>> dist = strategy.experimental_distribute_dataset(dataset)   # each replica: 128 / N examples
 """
 from distrib.data import catalog, experimental  # catalog: binds the operators Dataset's methods create
-from distrib.data.adapters import as_dataset
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import DatasetSpec
-from distrib.data.distributed import DistributedDataset
-from distrib.data.distributed_iterator import DistributedIterator
-from distrib.data.input_context import InputBinding, InputContext, InputHost, InputPlacement
+from distrib.data.distribution.adapters import as_dataset
+from distrib.data.distribution.distributed import DistributedDataset
+from distrib.data.distribution.distributed_iterator import DistributedIterator
+from distrib.data.distribution.input_context import InputBinding, InputContext, InputHost, InputPlacement
 from distrib.data.iterator import DatasetIterator, Optional, OutOfRangeError
 from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKNOWN,
                                   UNKNOWN_CARDINALITY, AutoShardPolicy, DistributeOptions, Options,
@@ -19,8 +18,9 @@ from distrib.data.options import (AUTOTUNE, INFINITE, INFINITE_CARDINALITY, UNKN
 from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
 from distrib.data.readers import TFRecordDataset
-from distrib.data.text import TextLineDataset
-from distrib.data.windowing import RaggedList, RaggedSpec
+from distrib.data.readers.text import TextLineDataset
+from distrib.data.transforms.element_state import DatasetSpec
+from distrib.data.transforms.windowing import RaggedList, RaggedSpec
 
 __all__ = ["Dataset", "as_dataset", "Options", "DistributeOptions", "ThreadingOptions", "AutoShardPolicy",
            "InputContext", "InputPlacement", "InputHost", "InputBinding", "TensorSpec", "DatasetIterator", "DistributedDataset",

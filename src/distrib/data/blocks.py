@@ -236,7 +236,7 @@ class ListBlock(Block):
 
 class RowKeyed:
     """Base of a map function whose random draws follow the rows' place in the global batch
-    (`distrib.data.random_draws.RowKeyedCall`): a replica gathering rows ``lo:hi`` calls
+    (`distrib.data.transforms.random_draws.RowKeyedCall`): a replica gathering rows ``lo:hi`` calls
     ``at_row(lo, rows)`` instead of ``fn(rows)``. A plain base class, not a protocol: the check
     runs for every map of every batch."""
 

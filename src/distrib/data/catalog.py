@@ -6,23 +6,23 @@ the one a method passes to `distrib.data.operator_table.operator`.
 """
 from __future__ import annotations
 
-from distrib.data.batching import BatchDataset, UnbatchDataset
-from distrib.data.cache import CacheDataset
-from distrib.data.choosing import CounterDataset, choose_from_datasets, sample_from_datasets
-from distrib.data.combinators import ConcatenateDataset, EnumerateDataset, InterleaveDataset, zip_datasets
-from distrib.data.folds import ScanDataset, TakeWhileDataset, UniqueDataset, reduce_dataset, single_element
-from distrib.data.grouping import GroupByWindowDataset, bucket_by_sequence_length
+from distrib.data.transforms.batching import BatchDataset, UnbatchDataset
+from distrib.data.transforms.cache import CacheDataset
+from distrib.data.transforms.choosing import CounterDataset, choose_from_datasets, sample_from_datasets
+from distrib.data.transforms.combinators import ConcatenateDataset, EnumerateDataset, InterleaveDataset, zip_datasets
+from distrib.data.transforms.folds import ScanDataset, TakeWhileDataset, UniqueDataset, reduce_dataset, single_element
+from distrib.data.transforms.grouping import GroupByWindowDataset, bucket_by_sequence_length
 from distrib.data.operator_table import bind
-from distrib.data.padding import PaddedBatchDataset
-from distrib.data.shuffle import ShuffleDataset
-from distrib.data.sources import FilesDataset, GeneratorDataset, RangeDataset, TensorsDataset, TensorSlicesDataset
-from distrib.data.text import list_files
+from distrib.data.transforms.padding import PaddedBatchDataset
+from distrib.data.transforms.shuffle import ShuffleDataset
+from distrib.data.sources.in_memory import FilesDataset, GeneratorDataset, RangeDataset, TensorsDataset, TensorSlicesDataset
+from distrib.data.readers.text import list_files
 from distrib.data.parallel.parallel_interleave import ParallelInterleaveDataset
 from distrib.data.parallel.parallel_map import ParallelMapDataset
 from distrib.data.parallel.prefetch import PrefetchDataset
-from distrib.data.transforms import (FilterDataset, MapDataset, OptionsDataset, RepeatDataset, ShardDataset,
+from distrib.data.transforms.elementwise import (FilterDataset, MapDataset, OptionsDataset, RepeatDataset, ShardDataset,
                                      SkipDataset, TakeDataset)
-from distrib.data.windowing import RaggedBatchDataset, RebatchDataset, WindowDataset
+from distrib.data.transforms.windowing import RaggedBatchDataset, RebatchDataset, WindowDataset
 
 __all__: list = []
 

@@ -139,7 +139,7 @@ class Dataset(DatasetOps):
                    seed: Optional[int] = None, name: Optional[str] = None) -> "Dataset":
         """The paths matching a glob (or globs) as str elements; a file source for FILE sharding.
 
-        Shuffled unless ``shuffle=False``, as in tf.data (see `distrib.data.text`).
+        Shuffled unless ``shuffle=False``, as in tf.data (see `distrib.data.readers.text`).
         """
         return operator("list_files")(file_pattern, shuffle, seed)
 
@@ -279,7 +279,7 @@ class Dataset(DatasetOps):
 
         ``padded_shapes`` (per component, ``None``/-1 = the batch's largest) and
         ``padding_values`` (default 0, ``""`` for strings) as in tf.data; see
-        `distrib.data.padding`.
+        `distrib.data.transforms.padding`.
         """
         return operator("PaddedBatchDataset")(self, batch_size, padded_shapes, padding_values, drop_remainder)
 

@@ -1,10 +1,10 @@
 """The tf.data operators added to `Dataset` beyond the core ones (a mixin, to keep files small).
 
 Each method names its implementation module; see there for the exact
-semantics and how the position is checkpointed: `distrib.data.windowing`
-(window, rebatch, ragged_batch), `distrib.data.folds` (scan, unique,
-take_while, reduce, get_single_element), `distrib.data.grouping`
-(group_by_window, bucket_by_sequence_length), `distrib.data.choosing`
+semantics and how the position is checkpointed: `distrib.data.transforms.windowing`
+(window, rebatch, ragged_batch), `distrib.data.transforms.folds` (scan, unique,
+take_while, reduce, get_single_element), `distrib.data.transforms.grouping`
+(group_by_window, bucket_by_sequence_length), `distrib.data.transforms.choosing`
 (choose_from_datasets, sample_from_datasets, counter).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class DatasetOps:
 
     def ragged_batch(self, batch_size: int, drop_remainder: bool = False, row_splits_dtype: Any = None,
                      name: Optional[str] = None) -> Any:
-        """Batches whose varying-shape components are `distrib.data.windowing.RaggedList` s of tensors."""
+        """Batches whose varying-shape components are `distrib.data.transforms.windowing.RaggedList` s of tensors."""
         return operator("RaggedBatchDataset")(self, batch_size, drop_remainder)
 
     def scan(self, initial_state: Any, scan_func: Callable, name: Optional[str] = None) -> Any:

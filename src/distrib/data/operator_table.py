@@ -5,11 +5,11 @@
 import each other. Instead `distrib.data.catalog`, imported by the package,
 binds every implementation here once, by its own name, and a method asks
 for it with `operator`, so ``Dataset.batch`` reads ``operator("BatchDataset")``
-and the class it names lives in `distrib.data.batching`.
+and the class it names lives in `distrib.data.transforms.batching`.
 
 Example:
     >>> operator("BatchDataset").__module__
-    'distrib.data.batching'
+    'distrib.data.transforms.batching'
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``tf.image``'s random ops: flips, crops, brightness and contrast, keyed so runs and resumes agree.
 
-The numbers come from `distrib.data.random_draws`: inside a ``Dataset.map``
+The numbers come from `distrib.data.transforms.random_draws`: inside a ``Dataset.map``
 function they depend on the map's seed, the pass, the element's position,
 the op's place among the function's random calls, its ``seed`` and, for a
 batch, each image's row in the global batch -- so an interrupted and resumed
@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from distrib.data.random_draws import uniform
+from distrib.data.transforms.random_draws import uniform
 from distrib.image.color import adjust_brightness, adjust_contrast
 from distrib.image.geometry import as_image
 

@@ -34,8 +34,8 @@ from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.elastic_abilities import elastic_abilities
 from distrib.comm.options import CommunicationOptions
 from distrib.hooks import install_excepthook
-from distrib.data.input_context import InputPlacement
-from distrib.data import batch_position
+from distrib.data.distribution.input_context import InputPlacement
+from distrib.data.distribution import batch_position
 from distrib.strategies import context
 from distrib.strategies.local_replicas import replica_process
 from distrib.strategies.cross_replica import gather_values, reduce_values
@@ -260,13 +260,13 @@ class ReplicatedStrategy(Strategy):
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Split each *global* batch of ``dataset`` among the replicas (one pipeline per task, as in TF)."""
-        from distrib.data.distributed import distribute_dataset
+        from distrib.data.distribution.distributed import distribute_dataset
 
         return distribute_dataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """Call ``dataset_fn(input_context)`` once per task; its batches go to the task's replicas in turn."""
-        from distrib.data.distributed import distribute_from_function
+        from distrib.data.distribution.distributed import distribute_from_function
 
         return distribute_from_function(self, dataset_fn, options)
 

@@ -32,7 +32,7 @@ import torch
 from distrib import hooks
 from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
-from distrib.data.input_context import InputBinding, InputPlacement
+from distrib.data.distribution.input_context import InputBinding, InputPlacement
 from distrib.data.structure import empty_from_spec, loosen_batch, spec_of
 from distrib.hooks import install_excepthook
 from distrib.strategies import context
@@ -179,13 +179,13 @@ class CentralStorageStrategy(Strategy):
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Whole global batches; `run` splits them among the replicas."""
-        from distrib.data.distributed import distribute_dataset
+        from distrib.data.distribution.distributed import distribute_dataset
 
         return distribute_dataset(self._whole_batches(), dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """The function's per-replica batches, K at a time: one `PerReplica` per tensor, for `run`."""
-        from distrib.data.distributed import distribute_from_function
+        from distrib.data.distribution.distributed import distribute_from_function
 
         per_replica = distribute_from_function(self._whole_batches(), dataset_fn, options)
         return _JoinedBatches(per_replica, self.num_replicas_in_sync)

@@ -34,7 +34,7 @@ import torch
 
 from distrib.comm.collective import Collective
 from distrib.comm.options import CommunicationOptions
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.distribution.input_context import InputContext, InputPlacement
 from distrib.strategies.per_replica import PerReplica
 
 if TYPE_CHECKING:  # pragma: no cover

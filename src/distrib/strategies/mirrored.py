@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from distrib.comm.options import CommunicationOptions
-from distrib.data.input_context import InputPlacement
+from distrib.data.distribution.input_context import InputPlacement
 from distrib.strategies.base import ReplicatedStrategy
 from distrib.strategies.devices import parse_replica_devices
 from distrib.strategies.local_replicas import replica_process

@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 
 from distrib.comm.collective import Collective, ReduceOp
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.distribution.input_context import InputContext, InputPlacement
 
 __all__ = ["ThreadCollective", "SimulatedStrategy", "run_workers"]
 
@@ -125,12 +125,12 @@ class SimulatedStrategy:
         return fn(*args, **(kwargs or {}))
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        from distrib.data.distributed import distribute_dataset
+        from distrib.data.distribution.distributed import distribute_dataset
 
         return distribute_dataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
-        from distrib.data.distributed import distribute_from_function
+        from distrib.data.distribution.distributed import distribute_from_function
 
         return distribute_from_function(self, dataset_fn, options)
 

@@ -32,7 +32,7 @@ _REBUILD_BLOCK = 256
 
 
 class CachedNode(Protocol):
-    """What the iterators need of `distrib.data.cache.CacheDataset` (which imports this module)."""
+    """What the iterators need of `distrib.data.transforms.cache.CacheDataset` (which imports this module)."""
 
     filename: str
     _input: Dataset

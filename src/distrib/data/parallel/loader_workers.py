@@ -2,7 +2,7 @@
 
 A map-style loader handed to distrib (``as_dataset``, ``fit``,
 ``experimental_distribute_dataset``) becomes lazy batches of the indices its
-batch sampler chose (`distrib.data.adapters`), so a replica fetches only its
+batch sampler chose (`distrib.data.distribution.adapters`), so a replica fetches only its
 rows. With ``num_workers > 0`` those rows are fetched by a new ``DataLoader``
 over the same dataset with the user's ``num_workers``, ``collate_fn``,
 ``pin_memory``, ``prefetch_factor``, ``worker_init_fn``, ``timeout`` and

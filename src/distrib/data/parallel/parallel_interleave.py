@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from distrib.data.blocks import Block, ListBlock, materialize
-from distrib.data.combinators import InterleaveDataset, _InterleaveIterator
+from distrib.data.transforms.combinators import InterleaveDataset, _InterleaveIterator
 from distrib.data.dataset import Dataset
 from distrib.data.parallel.workers import WorkerPool, parallel_calls
 from distrib.data.stream import BlockIterator, IterContext

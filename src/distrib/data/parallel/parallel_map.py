@@ -31,10 +31,10 @@ import torch
 from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
-from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
+from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.structure import map_leaves, to_structure
-from distrib.data.transforms import MapDataset, _MapSeed
+from distrib.data.transforms.elementwise import MapDataset, _MapSeed
 
 __all__ = ["ParallelMapDataset"]
 

@@ -28,7 +28,7 @@ from typing import Any, Deque, List, Optional, Tuple
 from distrib.data.blocks import Block, IndexBlock, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
 from distrib.data.stream import BlockIterator, IterContext
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["PrefetchDataset", "AUTOTUNE_PREFETCH"]
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from distrib.data.blocks import ListBlock
 from distrib.data.dataset import Dataset
-from distrib.data.sources import FilesDataset
+from distrib.data.sources.in_memory import FilesDataset
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.strings import STRING
 from distrib.data.structure import TensorSpec
@@ -123,7 +123,7 @@ def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset], compression_t
     compression = compression_name(compression_type)
     reader = _FileRecords(compression, buffer_size)
     if isinstance(filenames, Dataset):
-        from distrib.data.text import as_file_source
+        from distrib.data.readers.text import as_file_source
 
         files: Dataset = as_file_source(filenames)
     else:

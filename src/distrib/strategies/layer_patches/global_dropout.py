@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 import torch
 
 from distrib import hooks
-from distrib.data import batch_position
+from distrib.data.distribution import batch_position
 from distrib.strategies import context
 from distrib.strategies.layer_patches.keyed_hash import alpha_dropout_with, keyed_bits, keyed_keep_mask, mix32
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, FrozenSet, Optional, Sequence, Tuple
 import torch
 
 from distrib import hooks
-from distrib.data import batch_position
+from distrib.data.distribution import batch_position
 from distrib.strategies.layer_patches.global_dropout import global_place, replica_id_of, stepping_strategy
 from distrib.strategies.layer_patches.keyed_hash import keyed_bits, keyed_keep_mask, mix32
 

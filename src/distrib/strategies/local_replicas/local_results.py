@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from distrib.comm.errors import DistribCommError, first_line
-from distrib.data.input_context import InputPlacement
+from distrib.data.distribution.input_context import InputPlacement
 from distrib.utils.nest import flatten, map_structure
 
 __all__ = ["LocalResults"]

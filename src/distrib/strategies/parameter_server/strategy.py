@@ -41,7 +41,7 @@ from distrib import hooks
 from distrib.cluster.task import TaskInfo
 from distrib.comm.collective import Collective, LocalCollective
 from distrib.comm.options import CommunicationOptions
-from distrib.data.input_context import InputContext, InputPlacement
+from distrib.data.distribution.input_context import InputContext, InputPlacement
 from distrib.hooks import install_excepthook
 from distrib.strategies import context
 from distrib.strategies.cross_replica import gather_values, reduce_values
@@ -174,13 +174,13 @@ class ParameterServerStrategy(Strategy, Coordinated):
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """Whole batches, for one replica (a per-worker dataset on a worker)."""
-        from distrib.data.distributed import distribute_dataset
+        from distrib.data.distribution.distributed import distribute_dataset
 
         return distribute_dataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options: Any = None) -> Any:
         """``dataset_fn(input_context)``, with this worker's `input_context` on a worker."""
-        from distrib.data.distributed import distribute_from_function
+        from distrib.data.distribution.distributed import distribute_from_function
 
         return distribute_from_function(self, dataset_fn, options)
 

@@ -40,7 +40,7 @@ from distrib.data.batch_split import per_replica_batch_size
 from distrib.utils.nest import flatten, is_namedtuple, map_structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from distrib.data.distributed import DistributedDataset, DistributedIterator
+    from distrib.data.distribution.distributed import DistributedDataset, DistributedIterator
     from distrib.strategies.interface import Strategy
 
 __all__ = ["DataHandler", "make_handler", "DEFAULT_BATCH_SIZE", "array_batch_size", "is_array_structure",
@@ -75,8 +75,8 @@ def count_rows(value: Any, what: str) -> int:
       `distrib.training.execution.scheduled_executor.batch_rows` uses it);
     * `distrib.data.structure.leading_size`, splitting a dataset element:
       every component must agree, as here, but over tensors and arrays;
-      `distrib.data.map_spec` counts a ragged component's rows too;
-      `distrib.data.batch_position` notes the first tensor, as ``leading_rows``;
+      `distrib.data.transforms.map_spec` counts a ragged component's rows too;
+      `distrib.data.distribution.batch_position` notes the first tensor, as ``leading_rows``;
     * `distrib.training.execution.predict_output.rows_of`, a step's
       predictions: a scalar prediction is one row.
 
@@ -247,8 +247,8 @@ def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, 
     call's steps, if given) sizes the batches of arrays without ``batch_size``.
     """
     from distrib.data import Dataset
-    from distrib.data.adapters import as_dataset
-    from distrib.data.distributed import DistributedDataset
+    from distrib.data.distribution.adapters import as_dataset
+    from distrib.data.distribution.distributed import DistributedDataset
 
     if x is None:
         raise ValueError(f"{purpose}() needs data: pass x (and y), or a dataset")

@@ -28,7 +28,7 @@ import torch
 
 from distrib.data.dataset import Dataset
 from distrib.data.dataset_creator import DatasetCreator
-from distrib.data.input_context import InputContext
+from distrib.data.distribution.input_context import InputContext
 from distrib.strategies.step_scheduler import StepScheduler
 from distrib.training.execution import steps as step_fns
 from distrib.training.execution.trainer_state import TrainerState

@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 
 from distrib.data.dataset import Dataset
 from distrib.data.options import AutoShardPolicy
-from distrib.data.sources import FilesDataset
+from distrib.data.sources.in_memory import FilesDataset
 from distrib.data.stream import walk
 
 __all__ = ["Sharding", "shard", "resolve_policy", "shard_files", "file_sources", "resharding_limit"]
@@ -30,7 +30,7 @@ _log = logging.getLogger("distrib.data")
 
 
 class Sharding(enum.Enum):
-    """How a distributed dataset's stream is divided among replicas (see `distrib.data.feeds`).
+    """How a distributed dataset's stream is divided among replicas (see `distrib.data.distribution.feeds`).
 
     The values are what iterator states record.
     """

@@ -212,7 +212,7 @@ class InterleaveDataset(Dataset):
     def __init__(self, input_dataset: Dataset, map_func: Callable, cycle_length: Optional[int],
                  block_length: Optional[int], where: str = "interleave") -> None:
         from distrib.data.readers.tfrecord import TFRecordDataset
-        from distrib.data.text import TextLineDataset, as_file_source
+        from distrib.data.readers.text import TextLineDataset, as_file_source
 
         if map_func is TextLineDataset or map_func is TFRecordDataset:  # file names in memory: a file source, as TF sees it
             input_dataset = as_file_source(_check(input_dataset, where))

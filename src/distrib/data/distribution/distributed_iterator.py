@@ -37,19 +37,19 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from distrib.data import batch_position
+from distrib.data.distribution import batch_position
 from distrib.data.batch_split import global_batch_size
 from distrib.data.blocks import materialize
-from distrib.data.device_stager import DeviceStager, staged_value
+from distrib.data.distribution.device_stager import DeviceStager, staged_value
 from distrib.data.dataset import Dataset
-from distrib.data.feeds import EMPTY, FEEDS, Feed
-from distrib.data.input_context import InputHost, InputPlacement
+from distrib.data.distribution.feeds import EMPTY, FEEDS, Feed
+from distrib.data.distribution.input_context import InputHost, InputPlacement
 from distrib.data.iterator import Optional as DataOptional
 from distrib.data.iterator import OutOfRangeError
-from distrib.data.input_options import InputOptions
-from distrib.data.lookahead import Lookahead
+from distrib.data.distribution.input_options import InputOptions
+from distrib.data.distribution.lookahead import Lookahead
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import Sharding, resharding_limit
+from distrib.data.distribution.sharding import Sharding, resharding_limit
 from distrib.errors import DistribError
 from distrib.data.stream import IterContext
 from distrib.data.structure import (empty_from_spec, loosen_batch, spec_from_json, spec_of,
@@ -288,7 +288,7 @@ class DistributedIterator:
                 "total": self._total, "finished": self._phase is Phase.FINISHED, "workers": workers}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved position (see `distrib.data.distributed` for other worker counts)."""
+        """Continue from a saved position (see `distrib.data.distribution.distributed` for other worker counts)."""
         check_version(state)
         sharding = self._source.sharding
         if state["mode"] != sharding.value:

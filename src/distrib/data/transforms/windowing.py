@@ -33,16 +33,16 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from distrib.data.batching import UnbatchDataset
+from distrib.data.transforms.batching import UnbatchDataset
 from distrib.data.blocks import Block, ListBlock, build_batch, materialize
 from distrib.data.dataset import Dataset
 from distrib.data.ragged import RaggedList
-from distrib.data.element_state import END, DatasetSpec, ListDataset, Reader, input_spec
+from distrib.data.transforms.element_state import END, DatasetSpec, ListDataset, Reader, input_spec
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, pull
 from distrib.data.structure import (TensorSpec, batched_spec, leaves, map_leaves, stack_structures,
                                     unbatched_spec)
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["WindowDataset", "RebatchDataset", "RaggedBatchDataset", "RaggedList", "RaggedSpec"]
 

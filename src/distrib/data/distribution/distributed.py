@@ -3,7 +3,7 @@
 As in tf.distribute, an input pipeline belongs to a worker *task*: the local
 replicas of a task (Mirrored devices, ``DISTRIB_LOCAL_DEVICES``) share it and
 split each of its batches (each replica process runs the task's pipeline and
-keeps its part; see `distrib.data.feeds`).
+keeps its part; see `distrib.data.distribution.feeds`).
 
 `distribute_dataset` takes a dataset batched with the **global** batch size.
 How it is divided follows ``options().distribute.auto_shard_policy`` (see
@@ -50,13 +50,13 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from distrib.comm.elastic import elastic_enabled
-from distrib.data.adapters import as_distributable, as_local
+from distrib.data.distribution.adapters import as_distributable, as_local
 from distrib.data.caching.cache_file import worker_suffix
-from distrib.data.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
-from distrib.data.input_context import InputContext, InputHost
-from distrib.data.input_options import InputOptions
+from distrib.data.distribution.distributed_iterator import STATE_VERSION, DistributedIterator, DistributedSource, check_version
+from distrib.data.distribution.input_context import InputContext, InputHost
+from distrib.data.distribution.input_options import InputOptions
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import Sharding, resharding_limit, shard
+from distrib.data.distribution.sharding import Sharding, resharding_limit, shard
 from distrib.data.stream import IterContext, default_seed
 from distrib.utils.pending_restore import PendingRestore
 

@@ -27,7 +27,7 @@ from distrib.data.blocks import LazyBatch, ListBlock, MapStyleTable, Table, tabl
 from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN, Options
 from distrib.data.parallel.loader_workers import WorkerTable, replica_plan
-from distrib.data.sources import ElementsIterator, IterableDataset, TableDataset
+from distrib.data.sources.in_memory import ElementsIterator, IterableDataset, TableDataset
 from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
 from distrib.data.structure import to_structure
 

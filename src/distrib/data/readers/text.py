@@ -28,7 +28,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 
 from distrib.data.dataset import Dataset
-from distrib.data.sources import FilesDataset
+from distrib.data.sources.in_memory import FilesDataset
 
 __all__ = ["TextLineDataset", "list_files", "read_lines", "as_file_source"]
 
@@ -82,7 +82,7 @@ def as_file_source(dataset: Dataset) -> Dataset:
 
     Any other dataset is returned as it is.
     """
-    from distrib.data.sources import TensorSlicesDataset
+    from distrib.data.sources.in_memory import TensorSlicesDataset
 
     if type(dataset) is TensorSlicesDataset:
         names = dataset._table._structure

@@ -36,13 +36,13 @@ import torch
 
 from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import decode, encode
+from distrib.data.transforms.element_state import decode, encode
 from distrib.data.iterator import DatasetIterator
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.strings import is_string_leaf
 from distrib.data.structure import call_unpacked, to_structure
-from distrib.data.transforms import _Unary, _truth
+from distrib.data.transforms.elementwise import _Unary, _truth
 from distrib.errors import DistribError
 
 __all__ = ["ScanDataset", "UniqueDataset", "TakeWhileDataset", "reduce_dataset", "single_element",

@@ -24,7 +24,7 @@ from distrib.data.blocks import Block
 from distrib.data.caching.file_cache import file_cache_iterator
 from distrib.data.dataset import Dataset
 from distrib.data.stream import ALL, BlockIterator, IterContext, pull
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["CacheDataset"]
 

@@ -26,7 +26,7 @@ from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, pull
 from distrib.data.strings import is_binary
 from distrib.data.structure import TensorSpec, leaves, map_leaves
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["PaddedBatchDataset"]
 

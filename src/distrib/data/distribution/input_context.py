@@ -98,7 +98,7 @@ class InputPlacement:
 
 @runtime_checkable
 class InputHost(Protocol):
-    """Everything the input layer (`distrib.data.distributed`) needs from a strategy.
+    """Everything the input layer (`distrib.data.distribution.distributed`) needs from a strategy.
 
     Every strategy is one; `InputBinding` is one built from parts (what
     CentralStorageStrategy hands the input layer: one process taking whole

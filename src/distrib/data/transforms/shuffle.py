@@ -29,7 +29,7 @@ import numpy as np
 from distrib.data.blocks import Block, IndexBlock, ListBlock, Table
 from distrib.data.dataset import Dataset
 from distrib.data.stream import BlockIterator, IterContext, default_seed, pull
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["ShuffleDataset"]
 

@@ -5,7 +5,7 @@ Pass one to ``strategy.experimental_distribute_dataset(dataset, options)`` or
 
 * ``experimental_fetch_to_device`` (default True): batches arrive on the
   strategy's device (for a GPU: copied from pinned memory on a side stream,
-  `distrib.data.device_stager`); False leaves them on the host, and
+  `distrib.data.distribution.device_stager`); False leaves them on the host, and
   `Strategy.run` moves them when a step starts.
 * ``experimental_per_replica_buffer_size``: batches kept read ahead per
   replica, their copies under way while earlier steps compute. None (the

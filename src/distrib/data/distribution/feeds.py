@@ -35,10 +35,10 @@ from typing import Any, Dict, List, Optional, Type
 from distrib.data.batch_split import piece_bounds, split_bounds
 from distrib.data.blocks import element_size, slice_element
 from distrib.data.dataset import Dataset
-from distrib.data.input_context import InputPlacement
+from distrib.data.distribution.input_context import InputPlacement
 from distrib.data.iterator import DatasetIterator
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.sharding import Sharding
+from distrib.data.distribution.sharding import Sharding
 from distrib.data.stream import IterContext
 
 __all__ = ["Feed", "SliceFeed", "PieceFeed", "LocalFeed", "EMPTY", "FEEDS"]

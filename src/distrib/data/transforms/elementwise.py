@@ -21,9 +21,9 @@ import torch
 
 from distrib.data.blocks import Block, LazyBatch, ListBlock, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.map_spec import traced_map_spec
+from distrib.data.transforms.map_spec import traced_map_spec
 from distrib.data.options import INFINITE, UNKNOWN, Options
-from distrib.data.random_draws import ElementKey, RowKeyedCall, call_keyed
+from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import ALL, BlockIterator, IterContext, mix_seed
 from distrib.data.structure import call_unpacked, to_structure
 
@@ -83,7 +83,7 @@ class MapDataset(_Unary):
 
 
 class _MapSeed:
-    """The map's seed for random ops in its function (`distrib.data.random_draws`).
+    """The map's seed for random ops in its function (`distrib.data.transforms.random_draws`).
 
     ``torch.initial_seed()`` (what ``torch.manual_seed`` sets) mixed with the
     map's place in the pipeline, recorded in the iterator's state: the same in

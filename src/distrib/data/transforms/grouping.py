@@ -30,11 +30,11 @@ import torch
 
 from distrib.data.blocks import Block, ListBlock, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import ListDataset, decode, encode, input_spec
+from distrib.data.transforms.element_state import ListDataset, decode, encode, input_spec
 from distrib.data.options import INFINITE
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.structure import TensorSpec, call_unpacked, map_leaves
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["GroupByWindowDataset", "bucket_by_sequence_length"]
 

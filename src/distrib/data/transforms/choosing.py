@@ -30,7 +30,7 @@ import torch
 
 from distrib.data.blocks import Block, IndexBlock, ListBlock, RangeTable, materialize
 from distrib.data.dataset import Dataset
-from distrib.data.element_state import END, Reader, unary_check
+from distrib.data.transforms.element_state import END, Reader, unary_check
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
 

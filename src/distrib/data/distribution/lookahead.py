@@ -1,7 +1,7 @@
 """`Lookahead`: read a replica's feed some elements ahead, keeping the position of the first unread one.
 
 A distributed iterator hands out one element per step. Reading ahead lets
-the copy of the next batches to an accelerator (`distrib.data.device_stager`)
+the copy of the next batches to an accelerator (`distrib.data.distribution.device_stager`)
 run while the current step computes; exact resume is kept by recording the
 feed's position *before* each element read ahead: the iterator's position is
 that of the first element not handed out yet, as if nothing had been read
@@ -44,7 +44,7 @@ class Lookahead:
     """Up to ``depth`` elements of ``feed`` read ahead of the consumer (see the module docstring).
 
     Args:
-        feed: a `distrib.data.feeds.Feed`.
+        feed: a `distrib.data.distribution.feeds.Feed`.
         depth: elements kept read ahead after each `next`.
         prepare: applied to each element (not None, not ``empty``) as it is read.
         empty: the feed's marker for "this replica's part of the step is empty".

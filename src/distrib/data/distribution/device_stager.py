@@ -4,7 +4,7 @@ On a CUDA device a host batch is copied from pinned (page-locked) memory,
 non-blocking, on a side stream of its own; an event marks the end of the
 copy. `finish` makes the compute stream wait for that event (the host does
 not wait) and tells the caching allocator the tensors are now used on the
-compute stream. Started a few batches ahead (`distrib.data.lookahead`), the
+compute stream. Started a few batches ahead (`distrib.data.distribution.lookahead`), the
 copies run while earlier steps compute, so the step never waits for input.
 
 Tensors already on the device stay as they are (a dataset of device tensors

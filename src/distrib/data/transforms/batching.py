@@ -22,7 +22,7 @@ from distrib.data.dataset import Dataset
 from distrib.data.options import INFINITE, UNKNOWN
 from distrib.data.stream import BlockIterator, IterContext
 from distrib.data.structure import batched_spec, unbatched_spec
-from distrib.data.transforms import _Unary
+from distrib.data.transforms.elementwise import _Unary
 
 __all__ = ["BatchDataset", "UnbatchDataset"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from distrib.data.ragged import RaggedList
-from distrib.data.random_draws import ElementKey, call_keyed
+from distrib.data.transforms.random_draws import ElementKey, call_keyed
 from distrib.data.stream import IterContext
 from distrib.data.structure import TensorSpec, leaves, map_leaves, spec_of, to_structure
 
