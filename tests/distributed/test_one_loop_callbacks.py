@@ -94,6 +94,9 @@ class InlineScheduler:
     def share(self, *objects: Any) -> None:
         """Nothing to create elsewhere."""
 
+    def pull(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
+        """The module and optimizer trained here are the variables themselves."""
+
     @staticmethod
     def between_steps(tensors: Sequence[torch.Tensor]) -> None:
         """The variables are this process's own."""

@@ -7,7 +7,7 @@ is the whole dependency.
 """
 import inspect
 import os
-from typing import List
+from typing import Any, List
 
 import pytest
 import torch
@@ -155,6 +155,16 @@ class _TwoReplicas(Collective):
     def barrier(self) -> None:
         self.calls.append("barrier")
 
+    #: Replica 1's view of what the chief sends to its next JSON gathers, in order (a JSON gather
+    #: otherwise sees this replica twice); on replica 0 the chief's decision pairs with the worker's None.
+    peer_views: List[Any] = []
+
+    def all_gather_json(self, obj):
+        self.calls.append("all_gather")
+        if self._rank == 0:
+            return [obj, None if isinstance(obj, dict) and "value" in obj else obj]
+        return [self.peer_views.pop(0) if self.peer_views else obj, obj]
+
 
 def _role(rank: int, collective: Collective) -> CheckpointRole:
     return CheckpointRole(is_chief=rank == 0, num_replicas_in_sync=2, replica_id=rank, collective=collective,
@@ -176,6 +186,8 @@ def test_checkpoint_write_needs_only_a_checkpoint_role(tmp_path, rank):
     collective = _TwoReplicas(rank)
     fake = _FakeStrategy(_role(rank, collective))
     target = str(tmp_path / "ckpt-1")
+    if rank == 1:   # the chief's gathers in a write: no error, then the path it wrote
+        collective.peer_views = [None, {"value": target, "warnings": []}]
     context.push(fake)
     try:
         ckpt = distrib.train.Checkpoint(weight=torch.arange(3.0))
