@@ -43,20 +43,12 @@ import torch
 
 from distrib.checkpoint.files import storage
 from distrib.data.structure import TensorSpec
-from distrib.errors import DistribError
-from distrib.saved_model.options import LoadOptions, SaveOptions, check_load_options, check_save_options
+from distrib.errors import DistribError, first_line
+from distrib.saved_model.options import check_load_options, check_save_options
 from distrib.saved_model.program_check import UnsafeProgramError, sanitized_program
 from distrib.checkpoint.chief_directory import NestedState, write_directory
-from distrib.utils.public_names import public_dir
-from distrib.errors import first_line
 
-__all__ = ["save", "load", "LoadedModel", "ExportError", "UnsafeProgramError", "TensorSpec", "SaveOptions",
-           "LoadOptions",
-           "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
-
-
-def __dir__() -> "list[str]":
-    return public_dir(globals(), __all__)
+__all__ = ["save", "load", "LoadedModel", "ExportError", "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
 
 
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
