@@ -290,6 +290,8 @@ def build_batch(blocks: Sequence[Block]) -> Any:
             type(b) is IndexBlock and b.table is first.table for b in blocks):
         idx = first.idx if len(blocks) == 1 else np.concatenate([b.idx for b in blocks])
         return LazyBatch(first.table, idx)
+    if len(blocks) > 1 and all(type(b) is ListBlock for b in blocks):  # computed elements: one stack, one copy
+        return stack_structures([materialize(x) for b in blocks for x in b.items])
     return cat_structures([b.as_batch() for b in blocks])
 
 
