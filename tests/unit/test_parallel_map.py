@@ -39,7 +39,7 @@ def _wait_until(predicate, deadline_s=20.0):
     while time.monotonic() < end:
         if predicate():
             return True
-        time.sleep(0.005)
+        time.sleep(0.005)  # poll: the loop above ends at the deadline
     return predicate()
 
 
