@@ -64,6 +64,20 @@ def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
+@pytest.fixture(autouse=True)
+def _fresh_secret_mismatch_log(monkeypatch):
+    """Each test starts with this process's log of mismatched job secrets empty.
+
+    The log is process-wide and bounded (it names a limited number of hosts), and a rendezvous
+    timeout quotes it: hosts an earlier test recorded must neither crowd out the ones a later test
+    looks for nor appear in a later test's error message, whatever order the tests ran in.
+    """
+    import sys
+
+    module = sys.modules.get("distrib.comm.store_server")
+    if module is not None:  # not imported yet: nothing recorded in this process
+        monkeypatch.setattr(module, "_MISMATCHES", module.HostLog())
+
 
 # ---------------------------------- what the suite says before its first dot (issue 50)
 import suite_timing  # noqa: E402 - tests/ is on sys.path, as this file's directory

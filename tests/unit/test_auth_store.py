@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from datetime import timedelta
 
 import pytest
@@ -60,9 +61,16 @@ def test_prefix_store_and_gloo_group_work_on_it(server):
     assert _client(server).get("pg/x") == b"1"
 
 
-def test_wrong_secret_fails_with_a_named_error(server):
+def test_wrong_secret_fails_with_a_named_error(server, caplog):
+    caplog.set_level(logging.WARNING, logger="distrib.comm")
     with pytest.raises(AuthenticationError, match="DISTRIB_JOB_SECRET"):
         _client(server, secret=b"another job's secret")
+    # The server logs the refusal from its connection's thread after answering it; wait for that, so
+    # the line lands in this test's log and not in whichever test runs next.
+    deadline = time.monotonic() + 20
+    while "job secret mismatch" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll: the refusal is logged by the server's connection thread
+    assert caplog.text.count("job secret mismatch") == 1
 
 
 def _closed_without_answer(sock: socket.socket) -> bool:
