@@ -117,3 +117,18 @@ def test_outside_a_map_a_seed_gives_a_reproducible_sequence(monkeypatch):
 def test_bad_arguments_are_one_line_naming_them(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 8, 9])
+def test_one_images_draws_are_the_rows_draws_bit_for_bit(count):
+    """The scalar path (one image, a few draws, in Python ints) gives what the vectorised path gives."""
+    for index in (0, 7, 2**40):
+        for first_row in (0, 3, 2**63 - 5):
+            for salt_seed in (None, 11):
+                keys = [random_draws.ElementKey(lambda: 1234567, (2, 5), index, first_row) for _ in range(2)]
+                with random_draws.drawing(keys[0]):
+                    one = random_draws.uniform(salt_seed, count)
+                with random_draws.drawing(keys[1]):
+                    rows = random_draws.uniform(salt_seed, count, rows=1)
+                assert one.dtype == np.float64 and one.shape == (count,)
+                assert np.array_equal(one, rows[0])

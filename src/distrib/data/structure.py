@@ -23,6 +23,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from distrib.data.batch_buffers import stacked
 from distrib.data.strings import STRING, cat_strings, is_string_leaf, stack_strings, to_string_leaf
 
 __all__ = [
@@ -159,7 +160,7 @@ def stack_structures(elements: Sequence[Any]) -> Any:
         try:
             if not isinstance(parts[0], torch.Tensor):
                 return stack_strings(parts)
-            return torch.stack(parts)
+            return stacked(parts)
         except (RuntimeError, ValueError):
             shapes = sorted({tuple(np.shape(p)) for p in parts})
             raise ValueError(f"cannot batch elements of different shapes {shapes[:3]}: "

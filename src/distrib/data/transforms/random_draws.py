@@ -131,6 +131,18 @@ def _call_key(op_seed: Optional[int]) -> Tuple[int, int]:
     return mix_seed(salt, count), 0
 
 
+_SCALAR_COUNT = 8
+_UNIT = 1.0 / (1 << 53)
+
+
+def _splitmix64_int(x: int) -> int:
+    """`_splitmix64` of one 64-bit value, in Python ints (bit for bit the same)."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         x = x + np.uint64(0x9E3779B97F4A7C15)
@@ -146,6 +158,9 @@ def uniform(op_seed: Optional[int], count: int, rows: Optional[int] = None) -> n
     what the numbers depend on.
     """
     key, first_row = _call_key(op_seed)
+    if rows is None and count <= _SCALAR_COUNT:  # one image's few draws: Python ints beat numpy's set-up
+        base = (key * 0x2545F4914F6CDD1D + (first_row & _M64) * count) & _M64
+        return np.array([(_splitmix64_int((base + j) & _M64) >> 11) * _UNIT for j in range(count)])
     n = 1 if rows is None else int(rows)
     index = (np.arange(n, dtype=np.uint64)[:, None] + np.uint64(first_row)) * np.uint64(count) \
         + np.arange(count, dtype=np.uint64)[None, :]

@@ -1,0 +1,87 @@
+"""Recycled memory for large batches: a batch's block goes back to a pool when its tensor dies.
+
+A batch of 64 float images of 224x224x3 is 38.5 MB. glibc serves a block
+that large with a fresh ``mmap`` (its threshold stops at 32 MiB), so every
+batch stacked into new memory pays a page fault and the kernel's zeroing per
+4 KiB page, then an ``munmap``: measured, 24 ms of a 29 ms stack on this
+project's 2-core machine (bench/RESULTS.md). tf.data's allocator keeps such
+buffers; so does this pool. A batch tensor it hands out views a block the
+pool allocated once; when the last tensor or view on it is freed, the block
+returns to the pool for the next batch of the same byte size, already
+faulted in. Blocks below `MIN_POOLED_BYTES` are left to malloc (its heap
+reuses them anyway), and at most `FREE_PER_SIZE` idle blocks of one size are
+kept, so the pool holds little more than the pipeline has in flight.
+
+Example:
+    >>> a = torch.ones(2, 1024, 1024)
+    >>> out = stacked([a, a])                 # 16 MiB: a pooled block
+    >>> ptr = out.data_ptr(); del out         # the block goes back to the pool
+    >>> stacked([a, a]).data_ptr() == ptr     # and serves the next batch
+    True
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "pooled_bytes"]
+
+#: Batches smaller than this are stacked into plain torch memory.
+MIN_POOLED_BYTES = 4 * 1024 * 1024
+#: Idle blocks kept per byte size (a prefetch buffer's worth, and the batch being built).
+FREE_PER_SIZE = 4
+_ALIGN = 64  # bytes, as torch's own CPU allocator aligns
+
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+          torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
+          torch.uint8: np.uint8, torch.bool: np.bool_, torch.complex64: np.complex64,
+          torch.complex128: np.complex128}
+
+_free: Dict[int, List[np.ndarray]] = {}
+_lock = threading.Lock()
+
+
+def pooled_bytes() -> int:
+    """Bytes the pool keeps idle now (for tests and diagnostics)."""
+    with _lock:
+        return sum(size * len(blocks) for size, blocks in _free.items())
+
+
+def _give_back(nbytes: int, block: np.ndarray) -> None:
+    with _lock:
+        idle = _free.setdefault(nbytes, [])
+        if len(idle) < FREE_PER_SIZE:
+            idle.append(block)
+
+
+def _empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor on a pooled block: back in the pool when the tensor is freed."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * itemsize
+    with _lock:
+        idle = _free.get(nbytes)
+        block = idle.pop() if idle else None
+    if block is None:
+        block = np.empty(nbytes + _ALIGN, np.uint8)
+    offset = (-block.ctypes.data) % _ALIGN
+    # The exact array object handed to torch is the one the tensor keeps alive (numpy collapses view
+    # chains onto the owner, so an intermediate view would die at once): it carries the finalizer.
+    array = block[offset:offset + nbytes].view(_NUMPY[dtype]).reshape(tuple(shape))
+    weakref.finalize(array, _give_back, nbytes, block)
+    return torch.from_numpy(array)
+
+
+def stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(parts)``, into a pooled block when the batch is large, a CPU tensor and numpy-typed."""
+    first = parts[0]
+    nbytes = len(parts) * first.numel() * first.element_size()
+    if (nbytes < MIN_POOLED_BYTES or first.device.type != "cpu" or first.dtype not in _NUMPY
+            or any(p.requires_grad or p.dtype != first.dtype for p in parts)):
+        return torch.stack(list(parts))  # small, or a case torch's own promotion and autograd handle
+    out = _empty((len(parts), *first.shape), first.dtype)
+    return torch.stack(list(parts), out=out)
