@@ -114,15 +114,14 @@ def epoch(batches) -> int:
 
 def distrib_run(kind: str, data: Dict[str, List[str]], workers: Optional[int], processes: bool = False) -> int:
     if kind == "python":
-        options = Options()
-        options.threading.workers = "processes" if processes else "threads"
         ds = Dataset.from_tensor_slices(data["python"]).map(python_work, num_parallel_calls=workers)
-        ds = ds.with_options(options)
     elif kind == "jpeg":
         ds = Dataset.from_tensor_slices(data["jpeg"]).map(load_jpeg, num_parallel_calls=workers)
     else:
         ds = TFRecordDataset(data["tfrecord"]).map(load_record, num_parallel_calls=workers)
-    ds = ds.batch(BATCH)
+    options = Options()
+    options.threading.workers = "processes" if processes else "threads"
+    ds = ds.with_options(options).batch(BATCH)
     return epoch(ds.prefetch(AUTOTUNE) if workers else ds)
 
 
@@ -221,11 +220,10 @@ def main() -> None:
                     timed(f"distrib map(num_parallel_calls={w}) + prefetch", lambda: distrib_run(kind, data, w))
                     timed(f"DataLoader(num_workers={w})", lambda: loader_run(kind, data, records, w))
                 timed("DataLoader(num_workers=0)", lambda: loader_run(kind, data, records, 0))
-                if kind == "python":
-                    for w in workers:
-                        timed(f"distrib map(num_parallel_calls={w}), worker processes",
-                              lambda: distrib_run(kind, data, w, processes=True))
-                elif tf_python:
+                for w in workers:
+                    timed(f"distrib map(num_parallel_calls={w}), worker processes",
+                          lambda: distrib_run(kind, data, w, processes=True))
+                if kind != "python" and tf_python:
                     for w, rate in tf_run(tf_python, kind, data, workers).items():
                         rates.setdefault(f"tf.data num_parallel_calls={w}", []).append(rate)
             report(kind, rates, workers, args)
@@ -240,16 +238,18 @@ def report(kind: str, rates: Dict[str, List[float]], workers: List[int], args: a
     for name, values in rates.items():
         print(f"| {name} | {med[name]:.0f} | {min(values):.0f}-{max(values):.0f} |")
     print("\n| ratio (medians) | value |\n|---|---:|")
-    for w in workers:
-        mine = med[f"distrib map(num_parallel_calls={w}) + prefetch"]
-        print(f"| distrib W={w} / DataLoader(num_workers={w}) | {mine / med[f'DataLoader(num_workers={w})']:.2f} |")
-        tf_name = f"tf.data num_parallel_calls={w}"
-        if tf_name in med:
-            print(f"| distrib W={w} / tf.data W={w} | {mine / med[tf_name]:.2f} |")
-    if len(workers) > 1:
-        lo, hi = workers[0], workers[-1]
-        speedup = med[f"distrib map(num_parallel_calls={hi}) + prefetch"] / med[f"distrib map(num_parallel_calls={lo}) + prefetch"]
-        print(f"| distrib scaling W={lo} -> W={hi} (fraction of linear) | {speedup / (hi / lo):.2f} |")
+    for label, suffix in (("threads", " + prefetch"), ("processes", ", worker processes")):
+        for w in workers:
+            mine = med[f"distrib map(num_parallel_calls={w}){suffix}"]
+            print(f"| distrib {label} W={w} / DataLoader(num_workers={w}) | "
+                  f"{mine / med[f'DataLoader(num_workers={w})']:.2f} |")
+            tf_name = f"tf.data num_parallel_calls={w}"
+            if tf_name in med:
+                print(f"| distrib {label} W={w} / tf.data W={w} | {mine / med[tf_name]:.2f} |")
+        if len(workers) > 1:
+            lo, hi = workers[0], workers[-1]
+            speedup = med[f"distrib map(num_parallel_calls={hi}){suffix}"] / med[f"distrib map(num_parallel_calls={lo}){suffix}"]
+            print(f"| distrib {label} scaling W={lo} -> W={hi} (fraction of linear) | {speedup / (hi / lo):.2f} |")
     print(f"| distrib W={workers[0]} / serial map | "
           f"{med[f'distrib map(num_parallel_calls={workers[0]}) + prefetch'] / med['distrib serial map']:.2f} |")
 

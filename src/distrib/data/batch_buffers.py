@@ -1,16 +1,12 @@
 """Recycled memory for large batches: a batch's block goes back to a pool when its tensor dies.
 
-A batch of 64 float images of 224x224x3 is 38.5 MB. glibc serves a block
-that large with a fresh ``mmap`` (its threshold stops at 32 MiB), so every
-batch stacked into new memory pays a page fault and the kernel's zeroing per
-4 KiB page, then an ``munmap``: measured, 24 ms of a 29 ms stack on this
-project's 2-core machine (bench/RESULTS.md). tf.data's allocator keeps such
-buffers; so does this pool. A batch tensor it hands out views a block the
-pool allocated once; when the last tensor or view on it is freed, the block
-returns to the pool for the next batch of the same byte size, already
-faulted in. Blocks below `MIN_POOLED_BYTES` are left to malloc (its heap
-reuses them anyway), and at most `FREE_PER_SIZE` idle blocks of one size are
-kept, so the pool holds little more than the pipeline has in flight.
+glibc serves a block as large as a batch of images (38.5 MB for 64 float
+224x224x3) with a fresh ``mmap``, page-faulted on first touch: most of a
+stack's time (docs/input-pipelines.md, "Feeding a GPU"). A batch tensor from
+`stacked` views a block allocated once; when the last tensor or view on it
+is freed the block serves the next batch of the same byte size. Blocks under
+`MIN_POOLED_BYTES` are left to malloc; at most `FREE_PER_SIZE` idle blocks
+of one size are kept.
 
 Example:
     >>> a = torch.ones(2, 1024, 1024)

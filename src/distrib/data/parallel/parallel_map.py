@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import traceback
+import weakref
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
@@ -30,10 +31,11 @@ import torch
 
 from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
+from distrib.data.parallel.shared_slots import Slot, SlotLender, write_into
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
 from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
-from distrib.data.structure import map_leaves, to_structure
+from distrib.data.structure import leaves, map_leaves, to_structure
 from distrib.data.transforms.elementwise import MapDataset, _MapSeed
 
 __all__ = ["ParallelMapDataset"]
@@ -112,26 +114,35 @@ _NUMPY_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch
                  torch.uint8, torch.bool, torch.complex64, torch.complex128}
 
 
-def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals: List[int]) -> List[Any]:
-    """In a worker process: ``(True, packed result)`` or ``(False, the error)`` for each element."""
+def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals: List[int],
+                      slots: List[Optional[Slot]]) -> List[Any]:
+    """In a worker process, for each element: ``(True, result written into its slot, True)``,
+    ``(True, packed result, False)`` where it did not fit, or ``(False, the error, False)``."""
     fn, out = process_fn(), []
-    for element, ordinal in zip(elements, ordinals):
+    for element, ordinal, slot in zip(elements, ordinals, slots):
         try:
             key = ElementKey(_FixedSeed(seed), lineage, ordinal)
-            out.append((True, _pack(to_structure(call_keyed(fn, _unpack(element), key)))))
+            result = to_structure(call_keyed(fn, _unpack(element), key))
+            written = write_into(slot, result)
+            out.append((True, written, True) if written is not None else (True, _pack(result), False))
         except Exception as error:  # noqa: BLE001 - sent back and raised in order, with its traceback as a note
             error.add_note("traceback in the worker process:\n" + traceback.format_exc().rstrip())
-            out.append((False, error))
+            out.append((False, error, False))
     return out
 
 
+def _packed_bytes(value: Any) -> int:
+    """The bytes a packed result's tensors take (what a slot for it must hold)."""
+    return sum(-(-leaf.array.nbytes // 64) * 64 for leaf in leaves(value) if type(leaf) is _Packed)
+
+
 class _Part:
-    """Element ``index`` of a chunk computed by a worker process."""
+    """Element ``index`` of a chunk computed by a worker process, and the slot lent for its result."""
 
-    __slots__ = ("future", "index")
+    __slots__ = ("future", "index", "slot")
 
-    def __init__(self, future: "Future[Any]", index: int) -> None:
-        self.future, self.index = future, index
+    def __init__(self, future: "Future[Any]", index: int, slot: Optional[Slot]) -> None:
+        self.future, self.index, self.slot = future, index, slot
 
 
 def _future_of(item: Any) -> Optional["Future[Any]"]:
@@ -168,12 +179,16 @@ class _ParallelMapIterator(BlockIterator):
         self._pool: Optional[WorkerPool] = None
         self._failed: Optional[BaseException] = None
         self._flight_error: Optional[_InputError] = None
+        self._slots: Optional[SlotLender] = None  # with processes: shared memory for the results
 
     # ------------------------------------------------------------------ reading
     def _start_pool(self) -> WorkerPool:
         pool = WorkerPool(self._size, self._processes, self._fn, self._torch_threads)
         pool.stop_with(self)
         self._pool = pool
+        if self._processes:
+            self._slots = SlotLender()
+            weakref.finalize(self, SlotLender.close, self._slots)
         return pool
 
     def _fill(self) -> None:
@@ -214,8 +229,10 @@ class _ParallelMapIterator(BlockIterator):
     def _send(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
         """Elements ``chunk`` (ordinal, element) to one worker process as one task."""
         ordinals = [o for o, _ in chunk]
-        future = pool.submit(_apply_in_process, [_pack(e) for _, e in chunk], self._seed(), self._lineage, ordinals)
-        self._flight.extend((o, _Part(future, j)) for j, o in enumerate(ordinals))
+        slots = [self._slots.lend() for _ in chunk]
+        future = pool.submit(_apply_in_process, [_pack(e) for _, e in chunk], self._seed(), self._lineage, ordinals,
+                             slots)
+        self._flight.extend((o, _Part(future, j, slot)) for j, (o, slot) in enumerate(zip(ordinals, slots)))
         chunk.clear()
 
     def _read_up_to_error(self, before: dict, room: int) -> Optional[Block]:
@@ -243,13 +260,17 @@ class _ParallelMapIterator(BlockIterator):
         try:
             if type(item) is not _Part:
                 return future.result()
-            ok, value = future.result()[item.index]
+            ok, value, in_slot = future.result()[item.index]
         except BaseException as error:  # noqa: BLE001 - the user's exception, re-raised with a note
             self._fail(error, ordinal)
             raise
+        if in_slot:
+            return self._slots.receive(item.slot, value)
+        self._slots.give_back(item.slot)
         if not ok:
             self._fail(value, ordinal)
             raise value
+        self._slots.learn(_packed_bytes(value))
         return _unpack(value)
 
     def _fail(self, error: BaseException, ordinal: int) -> None:
