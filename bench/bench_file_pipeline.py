@@ -25,9 +25,12 @@ the table has the median images/s over rounds and ratios of medians.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import multiprocessing
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -157,22 +160,37 @@ for w in spec["workers"]:
     ds = ds.batch(64).prefetch(tf.data.AUTOTUNE).with_options(options)
     for _ in ds.take(2):
         pass
-    start = time.perf_counter(); n = 0
+    start = time.perf_counter(); cpu = time.process_time(); n = 0
     for b in ds:
         n += int((b[0] if isinstance(b, tuple) else b).shape[0])
-    out[str(w)] = [n, time.perf_counter() - start]
+    out[str(w)] = [n, time.perf_counter() - start, time.process_time() - cpu]
 print("RESULT " + json.dumps(out))
 """
 
 
-def tf_run(python: str, kind: str, data: Dict[str, List[str]], workers: List[int]) -> Dict[int, float]:
+def cpu_seconds() -> float:
+    """CPU seconds of this process (every thread) and of its reaped children (DataLoader workers,
+    distrib's worker processes): images per CPU-second hold up on a shared machine, images/s do not."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def reap_children(deadline_s: float = 30.0) -> None:
+    """Wait until the epoch's worker processes have exited and been reaped (their CPU time counted)."""
+    gc.collect()
+    end = time.monotonic() + deadline_s
+    while multiprocessing.active_children() and time.monotonic() < end:
+        time.sleep(0.01)  # poll: a pool's workers exit after their last task
+
+
+def tf_run(python: str, kind: str, data: Dict[str, List[str]], workers: List[int]) -> Dict[int, tuple]:
     spec = json.dumps({"kind": kind, "files": data[kind], "workers": workers})
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     out = subprocess.run([python, "-c", TF_SCRIPT, spec], capture_output=True, text=True, env=env, timeout=900)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(f"tf.data peer failed:\n{out.stderr[-2000:]}")
-    return {int(w): n / s for w, (n, s) in json.loads(line[7:]).items()}
+    return {int(w): (n / s, n / max(c, 1e-9)) for w, (n, s, c) in json.loads(line[7:]).items()}
 
 
 def find_tf(flag: Optional[str], install: bool) -> Optional[str]:
@@ -208,11 +226,15 @@ def main() -> None:
         records = [r for p in data["tfrecord"] for r in dio.tf_record_iterator(p)]
         for kind in args.pipelines.split(","):
             rates: Dict[str, List[float]] = {}
+            per_cpu: Dict[str, List[float]] = {}
 
             def timed(name: str, fn: Callable[[], int]) -> None:
-                start = time.perf_counter()
+                cpu0, start = cpu_seconds(), time.perf_counter()
                 n = fn()
-                rates.setdefault(name, []).append(n / (time.perf_counter() - start))
+                wall = time.perf_counter() - start
+                reap_children()
+                rates.setdefault(name, []).append(n / wall)
+                per_cpu.setdefault(name, []).append(n / max(cpu_seconds() - cpu0, 1e-9))
 
             for _ in range(args.rounds):
                 timed("distrib serial map", lambda: distrib_run(kind, data, None))
@@ -224,19 +246,22 @@ def main() -> None:
                     timed(f"distrib map(num_parallel_calls={w}), worker processes",
                           lambda: distrib_run(kind, data, w, processes=True))
                 if kind != "python" and tf_python:
-                    for w, rate in tf_run(tf_python, kind, data, workers).items():
+                    for w, (rate, cpu_rate) in tf_run(tf_python, kind, data, workers).items():
                         rates.setdefault(f"tf.data num_parallel_calls={w}", []).append(rate)
-            report(kind, rates, workers, args)
+                        per_cpu.setdefault(f"tf.data num_parallel_calls={w}", []).append(cpu_rate)
+            report(kind, rates, per_cpu, workers, args)
 
 
-def report(kind: str, rates: Dict[str, List[float]], workers: List[int], args: argparse.Namespace) -> None:
+def report(kind: str, rates: Dict[str, List[float]], per_cpu: Dict[str, List[float]], workers: List[int],
+           args: argparse.Namespace) -> None:
     med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu = {k: statistics.median(v) for k, v in per_cpu.items()}
     print(f"\n## {kind} pipeline: {args.images} images, batch {BATCH}, {args.rounds} rounds "
           f"(median images/s, min-max) - {platform.processor() or platform.machine()}, "
           f"{len(os.sched_getaffinity(0))} CPUs, torch {torch.__version__}\n")
-    print("| pipeline | images/s | min-max |\n|---|---:|---:|")
+    print("| pipeline | images/s | min-max | images per CPU-second |\n|---|---:|---:|---:|")
     for name, values in rates.items():
-        print(f"| {name} | {med[name]:.0f} | {min(values):.0f}-{max(values):.0f} |")
+        print(f"| {name} | {med[name]:.0f} | {min(values):.0f}-{max(values):.0f} | {cpu[name]:.0f} |")
     print("\n| ratio (medians) | value |\n|---|---:|")
     for label, suffix in (("threads", " + prefetch"), ("processes", ", worker processes")):
         for w in workers:
@@ -250,6 +275,14 @@ def report(kind: str, rates: Dict[str, List[float]], workers: List[int], args: a
             lo, hi = workers[0], workers[-1]
             speedup = med[f"distrib map(num_parallel_calls={hi}){suffix}"] / med[f"distrib map(num_parallel_calls={lo}){suffix}"]
             print(f"| distrib {label} scaling W={lo} -> W={hi} (fraction of linear) | {speedup / (hi / lo):.2f} |")
+    for w in workers:
+        tf_name = f"tf.data num_parallel_calls={w}"
+        for label, suffix in (("threads", " + prefetch"), ("processes", ", worker processes")):
+            mine = cpu[f"distrib map(num_parallel_calls={w}){suffix}"]
+            print(f"| images per CPU-second: distrib {label} W={w} / DataLoader(num_workers={w}) | "
+                  f"{mine / cpu[f'DataLoader(num_workers={w})']:.2f} |")
+            if tf_name in cpu:
+                print(f"| images per CPU-second: distrib {label} W={w} / tf.data W={w} | {mine / cpu[tf_name]:.2f} |")
     print(f"| distrib W={workers[0]} / serial map | "
           f"{med[f'distrib map(num_parallel_calls={workers[0]}) + prefetch'] / med['distrib serial map']:.2f} |")
 
