@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import threading
 import weakref
 from typing import Dict, List, Sequence
@@ -39,7 +40,17 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: n
           torch.complex128: np.complex128}
 
 _free: Dict[int, List[np.ndarray]] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a finalizer may run (cyclic GC) while it is held
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with an empty pool and a fresh lock (a parent thread may have held it)."""
+    global _lock
+    _lock = threading.RLock()
+    _free.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def pooled_bytes() -> int:

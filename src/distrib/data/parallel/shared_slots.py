@@ -139,7 +139,7 @@ class SlotLender:
         self._size = 0                      # bytes per slot; 0 until `learn` (results go by value)
         self._free: List[_Segment] = []
         self._all: Dict[str, _Segment] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a finalizer may run (cyclic GC) while it is held
         self._max_bytes = max_bytes if max_bytes is not None else _half_free_shm()
         self._closed = False
 
