@@ -20,6 +20,8 @@ from distrib.checkpoint.options import CheckpointOptions
 from distrib.checkpoint.replica_state import ReplicaState
 from distrib.checkpoint.rng import RNGState
 from distrib.checkpoint.variable import Variable
+from distrib.comm.collective import LocalCollective
+from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.strategies.default import get_strategy
 from distrib.strategies.interface import Strategy
 
@@ -117,3 +119,29 @@ def test_a_role_given_instead_of_a_strategy_is_no_lookup(tmp_path, lookups):
     assert distrib.checkpoint.write_path_for(target, role) == target
     assert lookups() == 0
     assert os.listdir(tmp_path) == []
+
+
+def test_a_role_handed_down_by_keyword_is_no_lookup_and_is_the_one_used(tmp_path, lookups):
+    """Every operation that takes a role takes it as ``role=`` (issue 51: no `_for(role)` twins)."""
+    role = get_strategy().checkpoint_role()
+    model = _model()
+    ckpt = Checkpoint(rng=RNGState(), replicas=ReplicaState(model, get_strategy()), step=Variable(3))
+    manager = CheckpointManager(ckpt, str(tmp_path / "managed"), max_to_keep=1)
+    lookups()
+    path = ckpt.write(str(tmp_path / "exact"), role=role)
+    assert ckpt.restore(path, role=role).path == path
+    ckpt.read(path, role=role).assert_consumed()
+    ckpt.load_state_dict(ckpt.state_dict(role=role), role=role)
+    RNGState().load_state_dict(RNGState().state_dict(role=role), role=role)
+    manager.sync(role=role)
+    manager.keep_snapshot(role=role)
+    assert lookups() == 0
+    # the role handed down decides who writes: a non-chief's files go to its private temporary directory
+    other = CheckpointRole(is_chief=False, num_replicas_in_sync=1, replica_id=1, collective=LocalCollective(),
+                           task_type="worker", task_id=1)
+    target = str(tmp_path / "not-the-chief")
+    assert ckpt.write(target, role=other) == target
+    assert lookups() == 0
+    assert not os.path.exists(target)
+    with pytest.raises(TypeError):
+        ckpt.write(str(tmp_path / "positional"), None, None, role)  # the role is keyword-only

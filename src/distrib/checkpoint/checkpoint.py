@@ -9,33 +9,8 @@ checkpoint is one atomic directory (see `distrib.checkpoint.files.storage`) hold
 Multi-worker: every worker calls `save`/`write` (the state may be gathered with collectives); the
 chief's directory lands at the path, the others write private temporary directories removed at once.
 The call returns on every worker after the chief committed, and fails on all if any failed. The
-strategy is the open scope's, else the one open at creation (`distrib.checkpoint.strategy_lookup`).
-
-The role (`CheckpointRole`: who writes, how the workers agree) is decided once
-per public operation, at its entry, and passed down; nothing below looks it
-up again. Objects that need it (`RNGState`, `ReplicaState`, a nested
-`Checkpoint`) take it through ``state_dict_for(role)`` /
-``load_state_dict_for(state, role)``; their plain ``state_dict()`` resolves
-their own. The call sequence of a save (`Checkpoint.save`, after it counts
-``save_counter`` up; `write` is the same; `CheckpointManager.save` does step 1
-itself and adds its own steps, see `distrib.checkpoint.manager`)::
-
-    1. role = resolve_role(self._strategy, "Checkpoint.save")    # the one lookup
-    2. self.write_for(role, path):
-    3.     self.sync()                  # a background save in flight: the role its _Write kept
-    4.     state = self.state_dict_for(role)              # RNGState/ReplicaState gather under role
-    5.     _Write(role, path, state, meta)()               # storage.write_path_for(path, role): the
-                                                           # chief's path, or a private temporary
-    6.     _agree(role, error, exc)     # every worker raises if any failed (role.collective)
-
-and of a restore (`Checkpoint.restore`; `read` is steps 1 and 4-5 for its one path)::
-
-    1. role = known_role(self._strategy, "Checkpoint.restore")   # the one lookup (None: chief
-                                                                 # unknown, each object resolves its own)
-    2. self.restore_for(role, save_path):
-    3.     for path in (save_path, *older_siblings(save_path)):  # the first that restores (retried: retry.py)
-    4.         self.sync(); restore_in_place(StateFile(path), self.state_dict_for(role), ...)
-    5.         self._apply(state, where, role)  # obj.load_state_dict_for(value, role) or load_state_dict
+role (`CheckpointRole`, from the strategy: `distrib.checkpoint.strategy_lookup`) is resolved once per
+operation at its entry, or given as ``role=`` by the caller that did (docs/checkpoints.md).
 
 Example:
     >>> ckpt = Checkpoint(model=model, optimizer=opt, epoch=Variable(0))
@@ -90,7 +65,7 @@ def _check_trackable(name: str, obj: Any) -> None:
                     "and is not a tensor")
 
 
-class Checkpoint:
+class Checkpoint(RoleAware):
     """Groups named objects so they are saved and restored together.
 
     Args:
@@ -134,23 +109,20 @@ class Checkpoint:
         return dict(self._objects)
 
     # --------------------------------------------------------- state dict
-    def state_dict(self) -> Dict[str, Any]:
-        """Every tracked object's state (tensors as-is) plus ``save_counter``."""
-        return self.state_dict_for(None)
+    def state_dict(self, *, role: Optional[CheckpointRole] = None) -> Dict[str, Any]:
+        """Every tracked object's state (tensors as-is) plus ``save_counter``.
 
-    def state_dict_for(self, role: Optional[CheckpointRole]) -> Dict[str, Any]:
-        """`state_dict` with ``role`` passed to the objects that take one (None: each resolves its own)."""
+        Args:
+            role: passed to the objects that take one (`RoleAware`); None: each resolves its own.
+        """
         state: Dict[str, Any] = {_SAVE_COUNTER: self.save_counter.state_dict()}
         for name, obj in self._objects.items():
             state[name] = _state_of(obj, role)
         return state
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore from a `state_dict`; names must match exactly (use `restore` for partial matches)."""
-        self.load_state_dict_for(state, None)
-
-    def load_state_dict_for(self, state: Dict[str, Any], role: Optional[CheckpointRole]) -> None:
-        """`load_state_dict` with ``role`` passed to the objects that take one (None: each resolves its own)."""
+    def load_state_dict(self, state: Dict[str, Any], *, role: Optional[CheckpointRole] = None) -> None:
+        """Restore from a `state_dict`; names must match exactly (use `restore` for partial matches).
+        ``role``: as for `state_dict`."""
         missing, unused = self._apply(state, "state_dict", role)
         if missing or unused:
             raise CheckpointRestoreError(f"Checkpoint.load_state_dict: missing {missing}, unexpected {unused}")
@@ -172,12 +144,11 @@ class Checkpoint:
         on every worker (the one written: local replicas' own ``file_prefix`` may differ)."""
         self.save_counter.assign_add(1)
         role = resolve_role(self._strategy, "Checkpoint.save")
-        path = self.write_for(role, f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options)
-        return chiefs_path(role, path, "Checkpoint.save")
+        return self.write(f"{str(file_prefix).rstrip('/')}-{int(self.save_counter)}", options=options, role=role)
 
     def write(self, file_prefix: str, info: Optional[Dict[str, Any]] = None,
-              options: Optional[CheckpointOptions] = None) -> str:
-        """Write a checkpoint directory at exactly ``file_prefix`` (atomically); returns it.
+              options: Optional[CheckpointOptions] = None, *, role: Optional[CheckpointRole] = None) -> str:
+        """Write a checkpoint directory at exactly ``file_prefix`` (atomically); returns the chief's.
 
         Collective under a multi-worker strategy: every worker must call it.
         With ``options=CheckpointOptions(enable_async=True)`` it returns once
@@ -188,21 +159,21 @@ class Checkpoint:
         allocation, no page faults): a Checkpoint saved in the background
         holds one copy of its state from then on.
 
+        Args:
+            file_prefix: the directory to write (this worker's; the chief's is returned).
+            info: more entries for the manifest's metadata.
+            options: a `CheckpointOptions`.
+            role: the role the caller resolved (`save`, `CheckpointManager.save`); None: resolved here.
+
         Raises:
             CheckpointSaveError: on every worker, if writing failed on any
                 worker (for a background save: raised by the call that waits for it).
         """
-        CheckpointOptions.check(options, "Checkpoint.write")
-        role = resolve_role(self._strategy, "Checkpoint.write")
-        return chiefs_path(role, self.write_for(role, file_prefix, info, options), "Checkpoint.write")
-
-    def write_for(self, role: CheckpointRole, file_prefix: str, info: Optional[Dict[str, Any]] = None,
-                  options: Optional[CheckpointOptions] = None) -> str:
-        """`write` under ``role``, resolved by the caller's entry (`save`, `CheckpointManager.save`)."""
         background = CheckpointOptions.check(options, "Checkpoint.write").background
+        role = role if role is not None else resolve_role(self._strategy, "Checkpoint.write")
         self.sync()
         path = str(file_prefix).rstrip("/")
-        state = self.state_dict_for(role)  # may gather across replicas, so before anything can fail locally
+        state = self.state_dict(role=role)  # may gather across replicas, so before anything can fail locally
         if background:  # the values of this step: training may change the objects now
             state = copy_state(state, reuse=self.__dict__.get("_staging"))  # into the last copy: written by now
             object.__setattr__(self, "_staging", state)
@@ -211,14 +182,14 @@ class Checkpoint:
         write = _Write(role, path, state, meta)
         if background:
             object.__setattr__(self, "_pending", (BackgroundWrite(write, what=path), write))
-            return path
-        try:
-            write()
-        except Exception as exc:  # reported to every worker by _agree
-            _agree(role, write.failure(exc), exc)
-            raise  # pragma: no cover - _agree raised
-        _agree(role, None, None)
-        return path
+        else:
+            try:
+                write()
+            except Exception as exc:  # reported to every worker by _agree
+                _agree(role, write.failure(exc), exc)
+                raise  # pragma: no cover - _agree raised
+            _agree(role, None, None)
+        return chiefs_path(role, path, "Checkpoint.write")
 
     def sync(self) -> None:
         """Wait for this checkpoint's background save, if one is in flight, and check it succeeded.
@@ -237,7 +208,7 @@ class Checkpoint:
         _agree(write.role, None if exc is None else write.failure(exc), exc)
 
     # ----------------------------------------------------------- restore
-    def restore(self, save_path: Optional[str]) -> CheckpointLoadStatus:
+    def restore(self, save_path: Optional[str], *, role: Optional[CheckpointRole] = None) -> CheckpointLoadStatus:
         """Restore every tracked object found in the checkpoint at ``save_path``.
 
         ``save_path=None`` (what `latest_checkpoint` returns for an empty
@@ -247,7 +218,9 @@ class Checkpoint:
         objects (a forged skeleton, an optimizer state of the wrong shape), is
         skipped with a `CheckpointWarning` naming it and the reason, and the
         newest older ``<prefix>-<N>`` beside it that restores is used instead
-        (``status.path`` says which). Nothing is left half-restored.
+        (``status.path`` says which). Nothing is left half-restored. ``role``:
+        the one the caller resolved (`CheckpointManager.restore_or_initialize`);
+        None: looked up here (if the chief is unknown, each object resolves its own).
 
         Raises:
             distrib.checkpoint.files.storage.CorruptCheckpointError: the checkpoint is
@@ -257,38 +230,33 @@ class Checkpoint:
         """
         if save_path is None:
             return CheckpointLoadStatus(None, [], list(self._objects), [])
-        return self.restore_for(known_role(self._strategy, "Checkpoint.restore"), save_path)
-
-    def restore_for(self, role: Optional[CheckpointRole], save_path: str) -> CheckpointLoadStatus:
-        """`restore` under ``role``, resolved by the caller's entry (`CheckpointManager.restore_or_initialize`)."""
+        role = role if role is not None else known_role(self._strategy, "Checkpoint.restore")
         path, first_error = str(save_path).rstrip("/"), None
         for candidate in _and_older(path):
             try:
-                return self._read_retried(role, candidate)
+                return self._read_retried(candidate, role)
             except _UNUSABLE as exc:
                 first_error = first_error or exc
                 _skip(candidate, exc)
         raise first_error
 
-    def _read_retried(self, role: Optional[CheckpointRole], path: str) -> CheckpointLoadStatus:
-        """`_read` tried again from the start after a passing storage error (`distrib.checkpoint.retry`)."""
+    def _read_retried(self, path: str, role: Optional[CheckpointRole]) -> CheckpointLoadStatus:
+        """`read` tried again from the start after a passing storage error (`distrib.checkpoint.retry`)."""
         try:
-            return with_retries(lambda: self._read(role, path), f"reading checkpoint {path}")
+            return with_retries(lambda: self.read(path, role=role), f"reading checkpoint {path}")
         except OSError as exc:  # a FileNotFoundError too: a file of it vanished while it was read
             raise CheckpointRestoreError(f"{path}: could not be read ({first_line(exc, limit=300)}); the objects "
                                          f"hold part of it unless an older checkpoint restores") from exc
 
-    def read(self, save_path: str) -> CheckpointLoadStatus:
+    def read(self, save_path: str, *, role: Optional[CheckpointRole] = None) -> CheckpointLoadStatus:
         """Restore from exactly ``save_path`` (written by `write` or `save`); returns the status.
 
         All or nothing: if any value does not fit, every object is put back as it
         was. The tensors are read straight into the objects' own (see
         `distrib.checkpoint.files.inplace_restore`); a save of this checkpoint still
-        in flight is waited for first.
+        in flight is waited for first. ``role``: as for `restore`.
         """
-        return self._read(known_role(self._strategy, "Checkpoint.read"), save_path)
-
-    def _read(self, role: Optional[CheckpointRole], save_path: str) -> CheckpointLoadStatus:
+        role = role if role is not None else known_role(self._strategy, "Checkpoint.read")
         self.sync()
         path = str(save_path).rstrip("/")
         manifest = storage.read_manifest(path)
@@ -304,7 +272,7 @@ class Checkpoint:
 
         with StateFile(path, STATE_FILE, manifest) as state_file:
             try:
-                planned, _ = restore_in_place(state_file, self.state_dict_for(role), self._verbatim_tensors, apply)
+                planned, _ = restore_in_place(state_file, self.state_dict(role=role), self._verbatim_tensors, apply)
             except MemoryError:  # e.g. a forged tensor that fits no tracked object, too large to read
                 raise CheckpointRestoreError(
                     f"{path}: not enough memory to read its tensors that fit no tracked object in place "
@@ -360,11 +328,11 @@ def _agree(role: CheckpointRole, error: Optional[str], exc: Optional[BaseExcepti
 
 
 def _state_of(obj: Any, role: Optional[CheckpointRole]) -> Any:
-    """``obj``'s state: a tensor itself; under a known ``role``, ``state_dict_for(role)`` where it takes one."""
+    """``obj``'s state: a tensor itself; under a known ``role``, ``state_dict(role=role)`` where it takes one."""
     if isinstance(obj, torch.Tensor):
         return obj
     if role is not None and isinstance(obj, RoleAware):
-        return obj.state_dict_for(role)
+        return obj.state_dict(role=role)
     return obj.state_dict()
 
 
@@ -379,7 +347,7 @@ def _restore_one(name: str, obj: Any, value: Any, where: str, role: Optional[Che
             with torch.no_grad():
                 obj.copy_(value)
         elif role is not None and isinstance(obj, RoleAware):
-            obj.load_state_dict_for(value, role)
+            obj.load_state_dict(value, role=role)
         else:
             obj.load_state_dict(value)
     except Exception as exc:

@@ -1,40 +1,11 @@
 """`CheckpointManager`: numbered saves in one directory, keeping the last few.
 
-Layout of ``directory`` (the chief's; other workers never write into it)::
-
-    checkpoint        JSON index (atomic replace): latest, kept, preserved, timestamps
-    ckpt-7/           one atomic checkpoint directory (see `distrib.checkpoint.files.storage`)
-    ckpt-8/
-
-The listing, not the index, decides what exists: `latest_checkpoint` is the
-highest-numbered complete, verified ``ckpt-N``. The index only remembers which
-checkpoints ``keep_checkpoint_every_n_hours`` preserved.
-
-Multi-worker: creating a manager is collective (the chief lists the directory, every worker gets
-its view, so ``latest_checkpoint`` agrees from the start); every worker calls `save` (collective):
-the chief writes and deletes, the others write private temporary directories, and afterwards every
-worker's `latest_checkpoint` and `checkpoints` are the chief's. `restore_or_initialize` is collective.
-
-The role (who writes, how the workers agree) is resolved once at the entry of
-`save` and of `restore_or_initialize`, and passed down (see
-`distrib.checkpoint.checkpoint` for the `Checkpoint` steps). A save::
-
-    1. role = resolve_role(self._strategy, "CheckpointManager.save")    # the one lookup
-    2. self._sync(role)                          # a background save in flight is published first
-    3. storage.remove_stale_temporaries(...)     # the chief only (role.is_chief)
-    4. path = checkpoint.write_for(role, ...)    # Checkpoint's save steps 3-6, the same role
-    5. self._published(role, path)               # the chief records and sweeps; role.collective
-                                                 # shares its list (at a later _sync if in the background)
-    6. self._keep_snapshot(role)                 # elastic: snapshot_checkpoint.state_dict_for(role)
-
-A restore::
-
-    1. role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
-    2. self._sync(role)
-    3. path = role.collective.broadcast_json(latest)        # the chief's choice (multi-replica)
-    4. snapshot_checkpoint.load_state_dict_for(snapshot, role)     # an elastic replacement; else
-       path = self._restored(role, checkpoint.restore_for(role, path).path)  # else init_fn()
-    5. self._keep_snapshot(role)
+``directory`` (the chief's) holds one atomic directory per checkpoint (``ckpt-7/``) and a
+JSON index, ``checkpoint``; the listing decides what exists, the index only remembers which
+checkpoints ``keep_checkpoint_every_n_hours`` preserved. Multi-worker: creating a manager, `save`,
+`sync` and `restore_or_initialize` are collective; the chief lists, writes and deletes, and every
+worker gets its view. Each resolves the role once at its entry and hands it to the `Checkpoint`
+as ``role=`` (the call sequences and the directory: docs/checkpoints.md).
 
 Example (the seeds' custom loop, without any chief logic):
     >>> epoch = distrib.train.Variable(0)
@@ -54,7 +25,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from distrib.checkpoint.files import storage
-from distrib.checkpoint.agreement import AgreementError, chief_decides, chiefs_path
+from distrib.checkpoint.agreement import AgreementError, chief_decides
 from distrib.checkpoint.checkpoint import Checkpoint
 from distrib.checkpoint.discovery import first_valid, numbered_checkpoints
 from distrib.checkpoint.files.format import freeze_state, loads_state
@@ -265,38 +236,34 @@ class CheckpointManager:
                 return None
             self._last_step = step
         role = resolve_role(self._strategy, "CheckpointManager.save")
-        self._sync(role)  # at most one save in flight
+        self.sync(role=role)  # at most one save in flight
         if role.is_chief:
             best_effort(lambda: storage.remove_stale_temporaries(self._directory, self._name),
                         f"sweeping stale temporaries in {self._directory}")
         self._checkpoint.save_counter.assign_add(1)
         number = int(self._checkpoint.save_counter) if checkpoint_number is None else int(checkpoint_number)
-        path = self._checkpoint.write_for(role, storage.join(self._directory, f"{self._name}-{number}"),
-                                          options=CheckpointOptions(enable_async=background))
+        path = self._checkpoint.write(storage.join(self._directory, f"{self._name}-{number}"),  # the chief's
+                                      options=CheckpointOptions(enable_async=background), role=role)
         if background:
             self._pending = path
         else:
             self._published(role, path)
         if self.snapshot_on_save:
-            self._keep_snapshot(role)
-        return chiefs_path(role, path, "CheckpointManager.save")
+            self.keep_snapshot(role=role)
+        return path
 
-    def sync(self) -> None:
+    def sync(self, *, role: Optional[CheckpointRole] = None) -> None:
         """Wait for a background save, check it succeeded on every worker, and record it as the latest.
 
         Collective under a multi-worker strategy (every worker calls it where
-        it calls `save`); nothing to do when no save is in flight.
+        it calls `save`); nothing to do when no save is in flight. ``role``:
+        the one the caller resolved (`save`); None: looked up here if a save is in flight.
 
         Raises:
             CheckpointSaveError: on every worker, if the write failed on any worker.
         """
-        if self._pending is None:
-            self._checkpoint.sync()  # nothing of the manager's in flight: no role needed
-            return
-        self._sync(resolve_role(self._strategy, "CheckpointManager.sync"))
-
-    def _sync(self, role: CheckpointRole) -> None:
-        """`sync` under ``role``, resolved by the caller's entry."""
+        if role is None and self._pending is not None:  # nothing of the manager's in flight: no role needed
+            role = resolve_role(self._strategy, "CheckpointManager.sync")
         path, self._pending = self._pending, None
         self._checkpoint.sync()
         if path is not None:
@@ -317,19 +284,17 @@ class CheckpointManager:
         """Let elastic snapshots hold ``checkpoint`` instead of the saved one (`BackupAndRestore` does)."""
         self._snapshot_checkpoint = checkpoint
 
-    def keep_snapshot(self) -> None:
+    def keep_snapshot(self, *, role: Optional[CheckpointRole] = None) -> None:
         """Under elastic training, keep the checkpoint's state in memory for a replacement (collective).
 
         A no-op otherwise. `save` calls it unless ``snapshot_on_save`` is False
-        (`BackupAndRestore` keeps its own per-step snapshots).
+        (`BackupAndRestore` keeps its own per-step snapshots). ``role``: as for `sync`.
         """
-        self._keep_snapshot(resolve_role(self._strategy, "CheckpointManager.keep_snapshot"))
-
-    def _keep_snapshot(self, role: CheckpointRole) -> None:
+        role = role if role is not None else resolve_role(self._strategy, "CheckpointManager.keep_snapshot")
         elastic = elastic_abilities(role.collective)
         if elastic is not None:
             elastic.keep_snapshot(  # the state is serialised if ever sent
-                lambda: freeze_state(self._snapshot_checkpoint.state_dict_for(role)))
+                lambda: freeze_state(self._snapshot_checkpoint.state_dict(role=role)))
             self.snapshot_kept = True
 
     def _record(self, path: str) -> None:
@@ -362,23 +327,23 @@ class CheckpointManager:
         `latest_checkpoint` names from then on.
         """
         role = resolve_role(self._strategy, "CheckpointManager.restore_or_initialize")
-        self._sync(role)
+        self.sync(role=role)
         path = self._latest
         if role.multi_replica:
             path = role.collective.broadcast_json(path)
         elastic = elastic_abilities(role.collective)
         snapshot = elastic.take_snapshot() if elastic is not None else None
         if elastic is not None and snapshot is not None:  # a replacement: the survivors' state, not the stored one
-            self._snapshot_checkpoint.load_state_dict_for(loads_state(snapshot, name="a survivor's in-memory snapshot"),
-                                                          role)
+            self._snapshot_checkpoint.load_state_dict(loads_state(snapshot, name="a survivor's in-memory snapshot"),
+                                                      role=role)
             elastic.snapshot_restored()
             path = PEER_SNAPSHOT
         elif path is not None:
-            path = self._restored(role, self._checkpoint.restore_for(role, path).path)
+            path = self._restored(role, self._checkpoint.restore(path, role=role).path)
         elif self._init_fn is not None:
             self._init_fn()
         if self.snapshot_on_save:
-            self._keep_snapshot(role)  # elastic: a replacement can start from here
+            self.keep_snapshot(role=role)  # elastic: a replacement can start from here
         return path
 
     def _restored(self, role: CheckpointRole, path: Optional[str]) -> Optional[str]:

@@ -16,13 +16,14 @@ Example (3 replicas; replica 1 was lost and is replaced):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 import torch
 
 from distrib.checkpoint.files.format import dumps_state, loads_state
 from distrib.checkpoint.rng import apply_rng_state, capture_rng_state
 from distrib.checkpoint.strategy_lookup import resolve_role
+from distrib.checkpoint.trackable import RoleAware
 from distrib.strategies.checkpoint_role import CheckpointRole
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ReplicaState"]
 
 
-class ReplicaState:
+class ReplicaState(RoleAware):
     """A `Checkpoint` trackable: a model's weights once, plus every replica's RNG and metric states.
 
     Args:
@@ -44,12 +45,13 @@ class ReplicaState:
         self._model = model
         self._strategy = strategy
 
-    def state_dict(self) -> Dict[str, Any]:
-        """``{"module", "optimizer", "replicas": [uint8 blob per replica]}`` (collective)."""
-        return self.state_dict_for(resolve_role(self._strategy, "ReplicaState"))
+    def state_dict(self, *, role: Optional[CheckpointRole] = None) -> Dict[str, Any]:
+        """``{"module", "optimizer", "replicas": [uint8 blob per replica]}`` (collective).
 
-    def state_dict_for(self, role: CheckpointRole) -> Dict[str, Any]:
-        """`state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
+        Args:
+            role: the role a `Checkpoint` operation resolved at its entry; None: this object's own.
+        """
+        role = role if role is not None else resolve_role(self._strategy, "ReplicaState")
         state = self._model.state_dict(aggregate_metrics=False)
         own = dumps_state({"rng": capture_rng_state(), "metrics": state["metrics"]})
         blob = torch.frombuffer(bytearray(own), dtype=torch.uint8)
@@ -57,12 +59,10 @@ class ReplicaState:
         return {"module": state["module"], "optimizer": state["optimizer"],
                 "replicas": [b.cpu().clone() for b in blobs]}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore the weights and this replica's own generators and metric sums."""
-        self.load_state_dict_for(state, resolve_role(self._strategy, "ReplicaState"))
-
-    def load_state_dict_for(self, state: Dict[str, Any], role: CheckpointRole) -> None:
-        """`load_state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
+    def load_state_dict(self, state: Dict[str, Any], *, role: Optional[CheckpointRole] = None) -> None:
+        """Restore the weights and this replica's own generators and metric sums (``role``: as for
+        `state_dict`)."""
+        role = role if role is not None else resolve_role(self._strategy, "ReplicaState")
         blobs = state["replicas"]
         if len(blobs) == role.num_replicas_in_sync:
             mine = loads_state(bytes(blobs[role.replica_id].numpy().tobytes()),

@@ -29,6 +29,7 @@ from distrib.checkpoint.files.format import dumps_state, loads_state
 from distrib.checkpoint.files.storage import CheckpointWarning
 from distrib.strategies.checkpoint_role import CheckpointRole
 from distrib.checkpoint.strategy_lookup import resolve_role, scope_strategy
+from distrib.checkpoint.trackable import RoleAware
 
 if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
@@ -60,7 +61,7 @@ def apply_rng_state(state: Dict[str, Any]) -> None:
             torch.cuda.set_rng_state(s, i)
 
 
-class RNGState:
+class RNGState(RoleAware):
     """A `Checkpoint` trackable for the RNG states of all replicas.
 
     Args:
@@ -72,24 +73,22 @@ class RNGState:
         self._strategy = strategy if strategy is not None else scope_strategy()
         self._warned = False
 
-    def state_dict(self) -> Dict[str, Any]:
-        """``{"world_size": n, "replicas": [state of replica 0, ..., n-1]}`` (collective)."""
-        return self.state_dict_for(resolve_role(self._strategy, "RNGState"))
+    def state_dict(self, *, role: Optional[CheckpointRole] = None) -> Dict[str, Any]:
+        """``{"world_size": n, "replicas": [state of replica 0, ..., n-1]}`` (collective).
 
-    def state_dict_for(self, role: CheckpointRole) -> Dict[str, Any]:
-        """`state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
+        Args:
+            role: the role a `Checkpoint` operation resolved at its entry; None: this object's own.
+        """
+        role = role if role is not None else resolve_role(self._strategy, "RNGState")
         own = capture_rng_state()
         n = role.num_replicas_in_sync
         replicas: List[Dict[str, Any]] = _gather(role, own) if role.multi_replica else [own]
         return {"world_size": n, "replicas": replicas}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any], *, role: Optional[CheckpointRole] = None) -> None:
         """Apply this replica's saved state (the chief's if the world size changed; a warning unless
-        every replica had saved the same state)."""
-        self.load_state_dict_for(state, resolve_role(self._strategy, "RNGState"))
-
-    def load_state_dict_for(self, state: Dict[str, Any], role: CheckpointRole) -> None:
-        """`load_state_dict` under ``role``, the one a `Checkpoint` operation resolved at its entry."""
+        every replica had saved the same state). ``role``: as for `state_dict`."""
+        role = role if role is not None else resolve_role(self._strategy, "RNGState")
         n, rank = role.num_replicas_in_sync, role.replica_id
         replicas = state["replicas"]
         if int(state["world_size"]) == n and len(replicas) == n:

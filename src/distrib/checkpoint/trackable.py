@@ -4,8 +4,9 @@
 (modules, optimizers, `distrib.Model`, a user's class); `RestoresVerbatim` is
 one that also names the live tensors ``load_state_dict`` sets unchanged, so a
 restore can read the saved values straight into them; `RoleAware` is one of
-distrib's own (a `Checkpoint`, `RNGState`, `ReplicaState`) that takes the
-`CheckpointRole` its caller resolved instead of looking it up again.
+distrib's own (a `Checkpoint`, `RNGState`, `ReplicaState`) whose ``state_dict``
+and ``load_state_dict`` take the `CheckpointRole` its caller resolved, as the
+keyword ``role=``, instead of looking it up again.
 
 Example:
     >>> isinstance(torch.nn.Linear(2, 1), Trackable), isinstance(3, Trackable)
@@ -13,9 +14,12 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from distrib.strategies.checkpoint_role import CheckpointRole
 
 __all__ = ["Trackable", "RestoresVerbatim", "RoleAware"]
 
@@ -36,10 +40,18 @@ class RestoresVerbatim(Protocol):
     def tensors_restored_verbatim(self) -> Iterable[torch.Tensor]: ...
 
 
-@runtime_checkable
-class RoleAware(Protocol):
-    """An object whose state depends on who writes: it takes the caller's `CheckpointRole`."""
+class RoleAware:
+    """An object whose state depends on who writes: its state methods take the caller's `CheckpointRole`.
 
-    def state_dict_for(self, role: Any) -> Any: ...
+    A base class, not a ``Protocol``: every `Trackable` has methods of these
+    names, so only subclassing says they take ``role=``. ``role=None``: the
+    object resolves its own.
+    """
 
-    def load_state_dict_for(self, state: Any, role: Any) -> Any: ...
+    def state_dict(self, *, role: "Optional[CheckpointRole]" = None) -> Any:
+        """The object's state, under ``role`` (None: the object's own, looked up now)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Any, *, role: "Optional[CheckpointRole]" = None) -> Any:
+        """Restore ``state`` under ``role`` (None: the object's own, looked up now)."""
+        raise NotImplementedError
