@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, Set, Tuple
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "distrib"
 HEAD_LINES = 20
 #: Modules whose head was over HEAD_LINES when this rule was written (issue 51): may only shrink.
-MAX_LONG_HEADS = 132
+MAX_LONG_HEADS = 130
 _NEUTRAL_BASES = {"object", "ABC", "Protocol", "Generic", "Enum", "NamedTuple"}
 
 
