@@ -15,7 +15,17 @@ Writes ``tests/data/tf_reference/round_four.json``:
 * ``callback_hooks``: the hook methods ``keras.callbacks.Callback`` defines,
   and the order a one-epoch ``fit`` with validation, then ``evaluate`` and
   ``predict`` call them in (each of 2 steps; each hook also runs the base
-  class's, so Keras 2's ``on_batch_*`` show where Keras 3 calls them).
+  class's, so Keras 2's ``on_batch_*`` show where Keras 3 calls them);
+* ``training_checkpoints``, ``custom_callbacks``: the two Keras guides' runs
+  (``guide_training_checkpoints_tf.py``, ``guide_custom_callbacks_tf.py``);
+* ``migrate_multi_worker``: TF's guide "Migrate multi-worker CPU/GPU
+  training" (``migrate_multi_worker_tf.py``): its ``ParameterServerStrategy``
+  part on a real in-process cluster (Keras 2, one worker) and its
+  ``MultiWorkerMirroredStrategy`` part (Keras 3), with the ``settings`` the
+  port's test passes on.
+
+``generate_round_four.py SECTION ...`` recomputes only those sections and
+keeps the others as stored.
 """
 import json
 import os
@@ -123,14 +133,43 @@ def custom_callbacks():
     return json.loads(line[len("RESULT "):])
 
 
-def main():
+MIGRATE_SETTINGS = {"workers": 1, "buffer_size": 1, "weights_seed": 49}
+
+
+def migrate_multi_worker():
+    import subprocess
+
+    out = {"settings": MIGRATE_SETTINGS}
+    for part, legacy in (("ps", "1"), ("mwms", "0")):
+        env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy)
+        env.pop("TF_CONFIG", None)
+        proc = subprocess.run([sys.executable, str(HERE / "migrate_multi_worker_tf.py"), part,
+                               json.dumps(MIGRATE_SETTINGS)], capture_output=True, text=True, timeout=900,
+                              env=env, check=True)
+        line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+        out[part] = json.loads(line[len("RESULT "):])
+    return out
+
+
+SECTIONS = {"batch_rule": lambda tf: batch_rule(tf), "callback_hooks": lambda tf: callback_hooks(tf),
+            "training_checkpoints": lambda tf: training_checkpoints(),
+            "custom_callbacks": lambda tf: custom_callbacks(),
+            "migrate_multi_worker": lambda tf: migrate_multi_worker()}
+
+
+def main(sections):
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"generate_round_four.py: unknown sections {unknown}; known: {sorted(SECTIONS)}")
     tf = _tf()
-    record = {"tensorflow": tf.__version__, "batch_rule": batch_rule(tf), "callback_hooks": callback_hooks(tf),
-              "training_checkpoints": training_checkpoints(), "custom_callbacks": custom_callbacks()}
+    record = json.loads(OUT.read_text()) if sections and OUT.exists() else {}
+    record["tensorflow"] = tf.__version__
+    for name in sections or SECTIONS:
+        record[name] = SECTIONS[name](tf)
     OUT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
     np.set_printoptions(precision=6)
-    main()
+    main(sys.argv[1:])
