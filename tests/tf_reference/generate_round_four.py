@@ -16,6 +16,10 @@ Writes ``tests/data/tf_reference/round_four.json``:
   and the order a one-epoch ``fit`` with validation, then ``evaluate`` and
   ``predict`` call them in (each of 2 steps; each hook also runs the base
   class's, so Keras 2's ``on_batch_*`` show where Keras 3 calls them);
+* ``array_passes``: `round_four_scenarios.PASS_CASES` fitted without
+  shuffling: per-epoch logs, the epoch and batch hooks in order
+  (``E<epoch>``, ``b<batch>``, ``t<batch>``), the final weights and how many
+  "ran out of data" warnings Keras 3 gave;
 * ``training_checkpoints``, ``custom_callbacks``: the two Keras guides' runs
   (``guide_training_checkpoints_tf.py``, ``guide_custom_callbacks_tf.py``);
 * ``migrate_multi_worker``: TF's guide "Migrate multi-worker CPU/GPU
@@ -108,6 +112,43 @@ def callback_hooks(tf):
     return {"names": names, "fit": fit_calls, "evaluate": eval_calls, "predict": list(calls)}
 
 
+def _recorder(base, events):
+    class Recorder(base):
+        def on_epoch_begin(self, epoch, logs=None):
+            events.append(f"E{epoch}")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            events.append(f"b{batch}")
+
+        def on_test_batch_begin(self, batch, logs=None):
+            events.append(f"t{batch}")
+    return Recorder()
+
+
+def array_passes(tf):
+    import warnings
+
+    x, y, vx, vy = sc.data()
+    out = {}
+    for name, case in sc.PASS_CASES.items():
+        kwargs = dict(case["fit"])
+        if "val" in case:
+            kwargs["validation_data"] = (vx[:case["val"]], vy[:case["val"]])
+        model = _model(tf)
+        if "steps_per_execution" in case:
+            model.compile(optimizer=tf.keras.optimizers.SGD(sc.LR), loss="mse",
+                          steps_per_execution=case["steps_per_execution"])
+        events = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hist = model.fit(x[:case["rows"]], y[:case["rows"]], shuffle=False, verbose=0,
+                             callbacks=[_recorder(tf.keras.callbacks.Callback, events)], **kwargs)
+        out[name] = {"history": {k: [float(v) for v in vs] for k, vs in hist.history.items()},
+                     "events": events, "weights": [w.tolist() for w in model.layers[0].get_weights()],
+                     "ran_out_warnings": sum("ran out of data" in str(w.message) for w in caught)}
+    return out
+
+
 def training_checkpoints():
     import subprocess
     import tempfile
@@ -152,6 +193,7 @@ def migrate_multi_worker():
 
 
 SECTIONS = {"batch_rule": lambda tf: batch_rule(tf), "callback_hooks": lambda tf: callback_hooks(tf),
+            "array_passes": lambda tf: array_passes(tf),
             "training_checkpoints": lambda tf: training_checkpoints(),
             "custom_callbacks": lambda tf: custom_callbacks(),
             "migrate_multi_worker": lambda tf: migrate_multi_worker()}

@@ -17,10 +17,11 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from distrib.training.execution.data_adapter import DataHandler, make_handler
-from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, PASS_ENDED_WARNING, EpochIterators, split_arrays, split_validation
 from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import Execution, Phase, default_log_every
@@ -46,6 +47,10 @@ class _LocalEpochs:
     def out_of_data(self, *, epoch: int, epoch_steps: int, needed: int, seen: int) -> Optional[str]:
         if self.iterators.per_epoch:
             return None  # an epoch of a per-epoch iterator ends with its data
+        if self.iterators.pass_ends_epoch:  # arrays: the epoch ends with the pass, training goes on (Keras 3)
+            warnings.warn(PASS_ENDED_WARNING.format(batches=self.handler.steps_per_pass, steps=self.steps,
+                                                    batch_size=self.handler.batch_size), stacklevel=4)
+            return None
         return OUT_OF_DATA_WARNING.format(needed=needed, seen=seen)
 
 

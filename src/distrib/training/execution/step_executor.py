@@ -58,7 +58,8 @@ class EpochInput(Protocol):
 
     def out_of_data(self, *, epoch: int, epoch_steps: int, needed: int, seen: int) -> Optional[str]:
         """The warning when epoch ``epoch`` ended after ``epoch_steps`` steps, fewer than asked (fit then
-        stops); None where that is how an epoch ends. ``needed``/``seen``: steps of the whole fit."""
+        stops); None where that is how an epoch ends (arrays: having warned itself, as Keras 3 does).
+        ``needed``/``seen``: steps of the whole fit."""
 
 
 class EvalInput(Protocol):
