@@ -11,7 +11,7 @@ one pass runs across epochs, an epoch also ends where the pass does (a
 warning when that cuts it short), and the next epoch starts a new pass.
 `PASS_CASES` (the first ``rows`` rows of `data`; ``val`` validation rows):
 more steps than batches, fewer (not dividing them), the batch rule,
-validation, ``steps_per_execution``.
+validation (with its own ``validation_batch_size``), ``steps_per_execution``.
 """
 import numpy as np
 
@@ -28,6 +28,8 @@ PASS_CASES = {
     "batch_rule": {"rows": 10, "fit": {"steps_per_epoch": 6, "epochs": 2}},          # ceil(10 / 6) = 2: 5 batches
     "validation": {"rows": 10, "val": 5, "fit": {"batch_size": 4, "steps_per_epoch": 2, "epochs": 3,
                                                  "validation_steps": 4}},
+    "validation_batch_size": {"rows": 10, "val": 5, "fit": {"batch_size": 4, "steps_per_epoch": 2, "epochs": 2,
+                                                            "validation_steps": 4, "validation_batch_size": 2}},
     "steps_per_execution": {"rows": 10, "steps_per_execution": 3,
                             "fit": {"batch_size": 5, "steps_per_epoch": 4, "epochs": 2}},
 }

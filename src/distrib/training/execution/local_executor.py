@@ -86,16 +86,16 @@ class LocalExecutor(StepExecutor):
 
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
-                   validation_data: Any, validation_split: float,
-                   validation_steps: Optional[int]) -> Tuple[_LocalEpochs, Optional[_LocalEval]]:
+                   validation_data: Any, validation_split: float, validation_steps: Optional[int],
+                   validation_batch_size: Optional[int] = None) -> Tuple[_LocalEpochs, Optional[_LocalEval]]:
         if validation_split and validation_data is None:
             (x, y, sample_weight), validation_data = split_arrays(x, y, sample_weight, validation_split)
         handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit", steps_per_epoch)
         validation = None
         if validation_data is not None:
             vx, vy, vsw = split_validation(validation_data)
-            validation = _LocalEval(self._handler(vx, vy, vsw, batch_size, False, None, "evaluate", validation_steps),
-                                    validation_steps)
+            validation = _LocalEval(self._handler(vx, vy, vsw, validation_batch_size or batch_size, False, None,
+                                                  "evaluate", validation_steps), validation_steps)
         return _LocalEpochs(handler, steps_per_epoch, self.loop.train_loop_state), validation
 
     def eval_input(self, x: Any, y: Any, *, batch_size: Optional[int], sample_weight: Any,

@@ -83,8 +83,8 @@ class StepExecutor(Protocol):
 
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
-                   validation_data: Any, validation_split: float,
-                   validation_steps: Optional[int]) -> Tuple[EpochInput, Optional[EvalInput]]:
+                   validation_data: Any, validation_split: float, validation_steps: Optional[int],
+                   validation_batch_size: Optional[int] = None) -> Tuple[EpochInput, Optional[EvalInput]]:
         """The training input and, if validation is asked for, the validation input of one `fit`."""
 
     def eval_input(self, x: Any, y: Any, *, batch_size: Optional[int], sample_weight: Any,
