@@ -1,6 +1,6 @@
-"""Arrays with ``steps_per_epoch`` past their end on 2 real worker processes: Keras 3's epochs, TF's numbers.
+"""Arrays (and a finite dataset) with ``steps_per_epoch`` past their end on 2 worker processes: Keras 3's epochs.
 
-Each epoch ends where the pass over the arrays does and the next starts a new
+Each epoch ends where the pass over the data does and the next starts a new
 pass (`distrib.training.execution.fit_data`); every worker cuts the same
 epochs, so the 2-worker run logs what TensorFlow 2.21's one-process run logs
 (``round_four.json``, ``array_passes``; `tests/tf_reference/generate_round_four.py`).
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(240)
 
 PASSES = json.loads((Path(__file__).resolve().parents[1] / "data" / "tf_reference"
                      / "round_four.json").read_text())["array_passes"]
-CASES = ["more_steps_than_batches", "validation"]     # global batches of 4: 2 rows per worker
+CASES = ["more_steps_than_batches", "validation", "dataset_steps_not_dividing_batches"]   # global batches of 4
 
 
 class _Recorder(distrib.callbacks.Callback):
@@ -63,10 +63,12 @@ def fit_cases(names):
             model = distrib.Model(net)
             model.compile(optimizer=distrib.optimizers.SGD(sc.LR), loss="mse")
         recorder = _Recorder()
+        data = (x[:case["rows"]], y[:case["rows"]])
+        if "dataset_batch" in case:
+            data = (distrib.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            history = model.fit(x[:case["rows"]], y[:case["rows"]], shuffle=False, verbose=0, callbacks=[recorder],
-                                **kwargs)
+            history = model.fit(*data, shuffle=False, verbose=0, callbacks=[recorder], **kwargs)
         out[name] = {"history": history.history, "events": recorder.events,
                      "weights": [net.weight.detach().numpy().T.tolist(), net.bias.detach().numpy().tolist()],
                      "ran_out_warnings": sum("ran out of data" in str(w.message) for w in caught)}

@@ -139,9 +139,12 @@ def array_passes(tf):
             model.compile(optimizer=tf.keras.optimizers.SGD(sc.LR), loss="mse",
                           steps_per_execution=case["steps_per_execution"])
         events = []
+        data = (x[:case["rows"]], y[:case["rows"]])
+        if "dataset_batch" in case:
+            data = (tf.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            hist = model.fit(x[:case["rows"]], y[:case["rows"]], shuffle=False, verbose=0,
+            hist = model.fit(*data, shuffle=False, verbose=0,
                              callbacks=[_recorder(tf.keras.callbacks.Callback, events)], **kwargs)
         out[name] = {"history": {k: [float(v) for v in vs] for k, vs in hist.history.items()},
                      "events": events, "weights": [w.tolist() for w in model.layers[0].get_weights()],

@@ -85,7 +85,8 @@ class _Recorder(distrib.callbacks.Callback):
 
 @pytest.mark.parametrize("name", sorted(sc.PASS_CASES))
 def test_an_epoch_of_arrays_ends_with_the_pass_as_in_keras_3(name):
-    """``steps_per_epoch`` past the arrays' end: the epoch ends there, the next starts a new pass, training goes on."""
+    """``steps_per_epoch`` past the end of arrays or a finite dataset: the epoch ends there, the next starts a new
+    pass, training goes on."""
     case, expected = sc.PASS_CASES[name], PASSES[name]
     x, y, vx, vy = sc.data()
     kwargs = dict(case["fit"])
@@ -96,10 +97,12 @@ def test_an_epoch_of_arrays_ends_with_the_pass_as_in_keras_3(name):
         model.compile(optimizer=distrib.optimizers.SGD(sc.LR), loss="mse",
                       steps_per_execution=case["steps_per_execution"])
     recorder = _Recorder()
+    data = (x[:case["rows"]], y[:case["rows"]])
+    if "dataset_batch" in case:
+        data = (distrib.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        hist = model.fit(x[:case["rows"]], y[:case["rows"]], shuffle=False, verbose=0, callbacks=[recorder],
-                         **kwargs)
+        hist = model.fit(*data, shuffle=False, verbose=0, callbacks=[recorder], **kwargs)
     assert recorder.events == expected["events"]
     assert sorted(hist.history) == sorted(expected["history"])
     for key, values in expected["history"].items():

@@ -250,11 +250,11 @@ class Trainer(TrainerState):
         and `predict`). Each global batch is
         split evenly among the replicas.
 
-        With ``steps_per_epoch`` on a dataset that runs out first, training
-        warns and stops at the end of that epoch (Keras's behaviour); on
-        arrays an epoch ends where the pass over them does (a warning when
-        that cuts it short), the next starts a new pass and training goes on
-        (Keras 3's). Validation arrays are batched by ``validation_batch_size``
+        With ``steps_per_epoch`` on arrays or a dataset of known size, an
+        epoch ends where the pass over the data does (a warning when that cuts
+        it short), the next starts a new pass and training goes on (Keras 3's
+        rule); a dataset of unknown size that runs out first warns and stops
+        training at the end of that epoch. Validation arrays are batched by ``validation_batch_size``
         (default: ``batch_size``).
         ``validation_split`` (arrays only) holds out the last fraction of the
         examples, before shuffling, as validation data when no

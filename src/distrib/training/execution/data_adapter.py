@@ -11,9 +11,9 @@ Inputs:
   (``shuffle=True``, training only) with a seed shared by all workers and
   reshuffled every pass, then ``batch(batch_size)`` (without ``batch_size``:
   ``ceil(rows / steps)`` when the call gives its steps, else 32, Keras 3's
-  array-adapter rule). A pass over arrays ends with their last batch: with
-  ``steps_per_epoch``, an epoch ends there too and the next one starts a new
-  pass (Keras 3's epoch iterator; `distrib.training.execution.fit_data`).
+  array-adapter rule). A pass over data of known size (arrays, a finite
+  dataset) ends with its last batch: with ``steps_per_epoch``, an epoch ends
+  there too (Keras 3's epoch iterator; `distrib.training.execution.fit_data`).
   Floating arrays are cast once to the module's parameter dtype.
 
 Every global batch is split among the replicas by
@@ -156,14 +156,13 @@ class DataHandler:
     shuffling). `state_dict` holds the pass count and the last iterator's
     position; after `load_state_dict` the next `make_iterator` continues from
     that position (or, with ``position=False``, starts the following pass).
-    For arrays it also holds the batches that pass has yielded
-    (``pass_steps``), which a resumed iterator's `StepIterator.steps_taken`
-    starts from.
+    Where the batches of a pass are known it also holds those that pass has
+    yielded (``pass_steps``), which a resumed iterator's
+    `StepIterator.steps_taken` starts from.
 
     Attributes:
         steps_per_pass: global batches in one pass over the data, or None if unknown/infinite.
-        arrays: True for the user's arrays (a pass ends an epoch of fit, see the module docstring).
-        batch_size: the global batch size of the arrays (None for other inputs).
+        batch_size: the global batch size of the user's arrays (None for other inputs).
         needs_seed: True when the handler shuffles and `seed` must be set before iterating.
         seed: shuffle seed (the same on every worker).
     """
@@ -171,8 +170,7 @@ class DataHandler:
     def __init__(self, strategy: "Strategy", dataset: Any, steps_per_pass: Optional[int], *,
                  shuffle_rows: Optional[int] = None, class_weight: Optional[torch.Tensor] = None,
                  labels_checked: bool = False, distributed: Optional["DistributedDataset"] = None,
-                 arrays: Optional[int] = None) -> None:
-        """``arrays``: the global batch size when the input is the user's arrays, else None."""
+                 batch_size: Optional[int] = None) -> None:
         self._strategy = strategy
         self._dataset = dataset
         self._distributed = distributed
@@ -181,8 +179,7 @@ class DataHandler:
         self._last: Optional[StepIterator] = None
         self._resumed_steps = 0
         self.steps_per_pass = steps_per_pass
-        self.arrays = arrays is not None
-        self.batch_size = arrays
+        self.batch_size = batch_size
         self.needs_seed = shuffle_rows is not None
         self.seed: Optional[int] = None
         if elastic_enabled() and not (callable(dataset) and not hasattr(dataset, "cardinality")):
@@ -206,7 +203,7 @@ class DataHandler:
 
     def state_dict(self) -> Dict[str, Any]:
         state = self._distributed_dataset().state_dict()
-        if self.arrays:
+        if self.steps_per_pass is not None:
             state["pass_steps"] = 0 if self._last is None or state["iterator"] is None else self._last.steps_taken
         return state
 
@@ -314,9 +311,9 @@ def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, 
         steps = -(-n // batch_size)
         if shuffle and purpose == "fit":
             return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size),
-                               steps, shuffle_rows=n, class_weight=table, labels_checked=checked, arrays=batch_size)
+                               steps, shuffle_rows=n, class_weight=table, labels_checked=checked, batch_size=batch_size)
         return DataHandler(strategy, source.batch(batch_size), steps, class_weight=table, labels_checked=checked,
-                           arrays=batch_size)
+                           batch_size=batch_size)
     if y is not None:
         raise ValueError(f"{purpose}(): y must not be given when x is a dataset or loader "
                          f"({type(x).__name__}); the dataset yields (x, y) itself")

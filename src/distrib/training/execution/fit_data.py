@@ -30,9 +30,9 @@ OUT_OF_DATA_WARNING = (
     "generate at least `steps_per_epoch * epochs` batches ({needed} here; it ran out after {seen}). "
     "You may need to use the `.repeat()` function when building your dataset.")
 PASS_ENDED_WARNING = (
-    "Your input ran out of data: an epoch of steps_per_epoch={steps} reached the end of the arrays ({batches} "
-    "batches of {batch_size} a pass), so it ended there and the next epoch starts a new pass (as Keras 3 does). "
-    "For epochs of equal length pass a steps_per_epoch that divides {batches}, or a repeated dataset.")
+    "Your input ran out of data: an epoch of steps_per_epoch={steps} reached the end of the data ({batches} "
+    "batches{of} a pass), so it ended there and the next epoch starts a new pass (as Keras 3 does). For epochs "
+    "of equal length pass a steps_per_epoch that divides {batches}, or repeat the dataset (.repeat()).")
 
 
 def validate_fit_args(epochs: int, initial_epoch: int, steps_per_epoch: Optional[int], validation_freq: Any,
@@ -115,12 +115,13 @@ class EpochIterators:
       number of batches, every epoch iterates the data once from a fresh iterator
       (arrays are reshuffled per epoch, seeded identically on every worker);
     * otherwise one iterator runs across epochs (``dataset.repeat()`` and
-      ``steps_per_epoch=70`` as in the seeds); if it runs out, fit warns, ends
-      the epoch and stops training;
-    * arrays with ``steps_per_epoch`` follow Keras 3's epoch iterator instead:
-      one pass runs across epochs, but an epoch also ends where the pass does
-      (fit warns when that cuts it short of ``steps_per_epoch``) and the next
-      epoch starts a new pass, so training goes on.
+      ``steps_per_epoch=70`` as in the seeds);
+    * where a pass's batches are known (arrays, a finite dataset), Keras 3's
+      epoch iterator: an epoch also ends where the pass does (fit warns when
+      that cuts it short of ``steps_per_epoch``) and the next epoch starts a
+      new pass, so training goes on;
+    * where they are not (a ``filter``, a generator) and the data runs out,
+      fit warns, ends the epoch and stops training (Keras 2's rule).
 
     Example (10 rows, ``batch_size=4``: 3 batches a pass): with
     ``steps_per_epoch=2`` the epochs run 2, 1, 2, 1, ... steps; with
@@ -138,8 +139,8 @@ class EpochIterators:
         self.handler = handler
         self.per_epoch = steps_per_epoch is None or (known is not None and steps_per_epoch == known)
         self.steps = steps_per_epoch if steps_per_epoch is not None else known
-        #: Arrays with steps_per_epoch: an epoch also ends with the pass (Keras 3).
-        self.pass_ends_epoch = bool(handler.arrays) and not self.per_epoch and known is not None
+        #: Known batches per pass and steps_per_epoch: an epoch also ends with the pass (Keras 3).
+        self.pass_ends_epoch = not self.per_epoch and known is not None
         self.state = state
         self._shared: Optional[Any] = None
 

@@ -21,7 +21,8 @@ import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from distrib.training.execution.data_adapter import DataHandler, make_handler
-from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, PASS_ENDED_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.fit_data import (OUT_OF_DATA_WARNING, PASS_ENDED_WARNING, EpochIterators, split_arrays,
+                                                 split_validation)
 from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import Execution, Phase, default_log_every
@@ -47,9 +48,10 @@ class _LocalEpochs:
     def out_of_data(self, *, epoch: int, epoch_steps: int, needed: int, seen: int) -> Optional[str]:
         if self.iterators.per_epoch:
             return None  # an epoch of a per-epoch iterator ends with its data
-        if self.iterators.pass_ends_epoch:  # arrays: the epoch ends with the pass, training goes on (Keras 3)
+        if self.iterators.pass_ends_epoch:  # the epoch ends with the pass, training goes on (Keras 3)
+            size = self.handler.batch_size
             warnings.warn(PASS_ENDED_WARNING.format(batches=self.handler.steps_per_pass, steps=self.steps,
-                                                    batch_size=self.handler.batch_size), stacklevel=4)
+                                                    of="" if size is None else f" of {size}"), stacklevel=4)
             return None
         return OUT_OF_DATA_WARNING.format(needed=needed, seen=seen)
 
