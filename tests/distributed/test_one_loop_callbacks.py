@@ -148,6 +148,8 @@ def test_scheduled_fit_refuses_what_belongs_in_the_dataset_with_one_line():
               r"^fit\(class_weight=...\) is not supported under ParameterServerStrategy"),
              (dict(x=per_worker_batches, steps_per_epoch=2, validation_split=0.5), ValueError,
               r"^fit\(validation_split=...\) is not supported"),
+             (dict(x=per_worker_batches, steps_per_epoch=2, validation_data=per_worker_batches, validation_steps=1,
+                   validation_batch_size=4), ValueError, r"^fit\(validation_batch_size=...\) is not supported"),
              (dict(x=torch.ones(4, 4), y=torch.ones(4, 1), steps_per_epoch=2), ValueError,
               r"not arrays \(x, y\): wrap them"),
              (dict(x=per_worker_batches, steps_per_epoch=2, validation_data=per_worker_batches), ValueError,

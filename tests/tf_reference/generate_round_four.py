@@ -15,7 +15,21 @@ Writes ``tests/data/tf_reference/round_four.json``:
 * ``callback_hooks``: the hook methods ``keras.callbacks.Callback`` defines,
   and the order a one-epoch ``fit`` with validation, then ``evaluate`` and
   ``predict`` call them in (each of 2 steps; each hook also runs the base
-  class's, so Keras 2's ``on_batch_*`` show where Keras 3 calls them).
+  class's, so Keras 2's ``on_batch_*`` show where Keras 3 calls them);
+* ``array_passes``: `round_four_scenarios.PASS_CASES` fitted without
+  shuffling: per-epoch logs, the epoch and batch hooks in order
+  (``E<epoch>``, ``b<batch>``, ``t<batch>``), the final weights and how many
+  "ran out of data" warnings Keras 3 gave;
+* ``training_checkpoints``, ``custom_callbacks``: the two Keras guides' runs
+  (``guide_training_checkpoints_tf.py``, ``guide_custom_callbacks_tf.py``);
+* ``migrate_multi_worker``: TF's guide "Migrate multi-worker CPU/GPU
+  training" (``migrate_multi_worker_tf.py``): its ``ParameterServerStrategy``
+  part on a real in-process cluster (Keras 2, one worker) and its
+  ``MultiWorkerMirroredStrategy`` part (Keras 3), with the ``settings`` the
+  port's test passes on.
+
+``generate_round_four.py SECTION ...`` recomputes only those sections and
+keeps the others as stored.
 """
 import json
 import os
@@ -98,6 +112,46 @@ def callback_hooks(tf):
     return {"names": names, "fit": fit_calls, "evaluate": eval_calls, "predict": list(calls)}
 
 
+def _recorder(base, events):
+    class Recorder(base):
+        def on_epoch_begin(self, epoch, logs=None):
+            events.append(f"E{epoch}")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            events.append(f"b{batch}")
+
+        def on_test_batch_begin(self, batch, logs=None):
+            events.append(f"t{batch}")
+    return Recorder()
+
+
+def array_passes(tf):
+    import warnings
+
+    x, y, vx, vy = sc.data()
+    out = {}
+    for name, case in sc.PASS_CASES.items():
+        kwargs = dict(case["fit"])
+        if "val" in case:
+            kwargs["validation_data"] = (vx[:case["val"]], vy[:case["val"]])
+        model = _model(tf)
+        if "steps_per_execution" in case:
+            model.compile(optimizer=tf.keras.optimizers.SGD(sc.LR), loss="mse",
+                          steps_per_execution=case["steps_per_execution"])
+        events = []
+        data = (x[:case["rows"]], y[:case["rows"]])
+        if "dataset_batch" in case:
+            data = (tf.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hist = model.fit(*data, shuffle=False, verbose=0,
+                             callbacks=[_recorder(tf.keras.callbacks.Callback, events)], **kwargs)
+        out[name] = {"history": {k: [float(v) for v in vs] for k, vs in hist.history.items()},
+                     "events": events, "weights": [w.tolist() for w in model.layers[0].get_weights()],
+                     "ran_out_warnings": sum("ran out of data" in str(w.message) for w in caught)}
+    return out
+
+
 def training_checkpoints():
     import subprocess
     import tempfile
@@ -123,14 +177,44 @@ def custom_callbacks():
     return json.loads(line[len("RESULT "):])
 
 
-def main():
+MIGRATE_SETTINGS = {"workers": 1, "buffer_size": 1, "weights_seed": 49}
+
+
+def migrate_multi_worker():
+    import subprocess
+
+    out = {"settings": MIGRATE_SETTINGS}
+    for part, legacy in (("ps", "1"), ("mwms", "0")):
+        env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy)
+        env.pop("TF_CONFIG", None)
+        proc = subprocess.run([sys.executable, str(HERE / "migrate_multi_worker_tf.py"), part,
+                               json.dumps(MIGRATE_SETTINGS)], capture_output=True, text=True, timeout=900,
+                              env=env, check=True)
+        line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+        out[part] = json.loads(line[len("RESULT "):])
+    return out
+
+
+SECTIONS = {"batch_rule": lambda tf: batch_rule(tf), "callback_hooks": lambda tf: callback_hooks(tf),
+            "array_passes": lambda tf: array_passes(tf),
+            "training_checkpoints": lambda tf: training_checkpoints(),
+            "custom_callbacks": lambda tf: custom_callbacks(),
+            "migrate_multi_worker": lambda tf: migrate_multi_worker()}
+
+
+def main(sections):
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"generate_round_four.py: unknown sections {unknown}; known: {sorted(SECTIONS)}")
     tf = _tf()
-    record = {"tensorflow": tf.__version__, "batch_rule": batch_rule(tf), "callback_hooks": callback_hooks(tf),
-              "training_checkpoints": training_checkpoints(), "custom_callbacks": custom_callbacks()}
+    record = json.loads(OUT.read_text()) if sections and OUT.exists() else {}
+    record["tensorflow"] = tf.__version__
+    for name in sections or SECTIONS:
+        record[name] = SECTIONS[name](tf)
     OUT.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
     np.set_printoptions(precision=6)
-    main()
+    main(sys.argv[1:])

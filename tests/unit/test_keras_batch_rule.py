@@ -5,6 +5,7 @@ Compared with TensorFlow 2.21's stored outputs (``round_four.json``,
 """
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +62,65 @@ def test_evaluate_and_predict_with_steps_cover_every_row_as_keras():
 def test_a_given_batch_size_still_wins_over_steps():
     x, y, _, _ = sc.data()
     assert _model().predict(x, batch_size=10, steps=2, verbose=0).shape[0] == 20
+
+
+PASSES = json.loads((Path(__file__).resolve().parents[1] / "data" / "tf_reference"
+                     / "round_four.json").read_text())["array_passes"]
+
+
+class _Recorder(distrib.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.events.append(f"E{epoch}")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.events.append(f"b{batch}")
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self.events.append(f"t{batch}")
+
+
+@pytest.mark.parametrize("name", sorted(sc.PASS_CASES))
+def test_an_epoch_of_arrays_ends_with_the_pass_as_in_keras_3(name):
+    """``steps_per_epoch`` past the end of arrays or a finite dataset: the epoch ends there, the next starts a new
+    pass, training goes on."""
+    case, expected = sc.PASS_CASES[name], PASSES[name]
+    x, y, vx, vy = sc.data()
+    kwargs = dict(case["fit"])
+    if "val" in case:
+        kwargs["validation_data"] = (vx[:case["val"]], vy[:case["val"]])
+    model = _model()
+    if "steps_per_execution" in case:
+        model.compile(optimizer=distrib.optimizers.SGD(sc.LR), loss="mse",
+                      steps_per_execution=case["steps_per_execution"])
+    recorder = _Recorder()
+    data = (x[:case["rows"]], y[:case["rows"]])
+    if "dataset_batch" in case:
+        data = (distrib.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = model.fit(*data, shuffle=False, verbose=0, callbacks=[recorder], **kwargs)
+    assert recorder.events == expected["events"]
+    assert sorted(hist.history) == sorted(expected["history"])
+    for key, values in expected["history"].items():
+        np.testing.assert_allclose(hist.history[key], values, rtol=1e-5, err_msg=key)
+    np.testing.assert_allclose(model.module.weight.detach().numpy().T, expected["weights"][0], rtol=1e-5)
+    np.testing.assert_allclose(model.module.bias.detach().numpy(), expected["weights"][1], rtol=1e-5)
+    assert not model.stop_training
+    ran_out = [w for w in caught if "ran out of data" in str(w.message)]
+    assert len(ran_out) == expected["ran_out_warnings"], [str(w.message) for w in ran_out]
+    assert all(w.filename == __file__ for w in ran_out), [w.filename for w in ran_out]
+
+
+def test_evaluate_and_predict_past_the_end_cover_the_data_and_warn_as_keras():
+    x, y, _, _ = sc.data()
+    with pytest.warns(UserWarning, match="ran out of data: 3 of the 5 steps") as caught:
+        loss = _model().evaluate(x[:10], y[:10], batch_size=4, steps=5, verbose=0)
+    assert caught[0].filename == __file__
+    assert loss == pytest.approx(_model().evaluate(x[:10], y[:10], batch_size=4, verbose=0), rel=1e-6)
+    with pytest.warns(UserWarning, match="ran out of data: 3 of the 5 steps") as caught:
+        assert _model().predict(x[:10], batch_size=4, steps=5, verbose=0).shape == (10, 1)
+    assert caught[0].filename == __file__

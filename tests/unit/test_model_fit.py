@@ -133,9 +133,22 @@ def test_fit_on_a_repeated_dataset_with_steps_per_epoch_like_the_seeds():
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
-def test_steps_per_epoch_beyond_a_finite_dataset_warns_and_stops():
+def test_steps_per_epoch_beyond_a_finite_dataset_ends_epochs_with_the_pass_and_goes_on():
+    """Keras 3: epochs of 3, 1 (the pass ends: a warning), 3 steps (``round_four.json`` compares the numbers)."""
     x, y = _regression_data(n=20)
     dataset = Dataset.from_tensor_slices((x, y)).batch(5)  # 4 batches in all
+    model = distrib.Model(torch.nn.Linear(3, 2))
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.warns(UserWarning, match="ran out of data: an epoch of steps_per_epoch=3 reached the end"):
+        history = model.fit(dataset, epochs=3, steps_per_epoch=3, verbose=0)
+    assert model.train_loop_state.global_step == 3 + 1 + 3
+    assert len(history.history["loss"]) == 3
+    assert not model.stop_training
+
+
+def test_steps_per_epoch_beyond_a_dataset_of_unknown_size_warns_and_stops():
+    x, y = _regression_data(n=20)
+    dataset = Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(5)  # 4 batches, size unknown
     model = distrib.Model(torch.nn.Linear(3, 2))
     model.compile(optimizer="sgd", loss="mse")
     with pytest.warns(UserWarning, match="ran out of data"):

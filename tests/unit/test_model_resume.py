@@ -67,7 +67,8 @@ def _repeated_dataset(model, callbacks):
 
 @pytest.mark.parametrize("run", [_arrays(), _arrays(steps_per_epoch=3), _repeated_dataset],
                          ids=["arrays", "arrays-steps", "dataset-repeat"])
-@pytest.mark.parametrize("where", [{"at_step": 6}, {"at_epoch": 0}, {"at_step": 4}], ids=["mid-epoch", "epoch-end", "step-4"])
+@pytest.mark.parametrize("where", [{"at_step": 6}, {"at_epoch": 0}, {"at_step": 4}, {"at_epoch": 1}],
+                         ids=["mid-epoch", "epoch-end", "step-4", "epoch-1-end"])
 def test_resumed_fit_ends_with_the_uninterrupted_weights_and_logs(run, where):
     reference = _model(0)
     snapshot = _Snapshot(**where)
@@ -100,3 +101,16 @@ def test_backup_and_restore_callback_resumes_an_interrupted_fit(tmp_path):
     for a, b in zip(reference.get_weights(), resumed.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert not (tmp_path / "backup").exists()
+
+
+@pytest.mark.parametrize("garbage", ["7", -1, 2.5, True, [1]])
+def test_a_forged_pass_position_in_a_backup_is_one_error_line(garbage):
+    """The data position comes from a file: a forged ``pass_steps`` is refused, named, before any step."""
+    snapshot = _Snapshot(at_step=4)
+    _arrays(steps_per_epoch=3)(_model(0), [snapshot])
+    snapshot.saved["loop"]["iterator"]["pass_steps"] = garbage
+    resumed = _model(1)
+    with pytest.raises(ValueError, match=r"^data position: pass_steps must be an int >= 0, got ") as caught:
+        _arrays(steps_per_epoch=3)(resumed, [_Restore(snapshot.saved)])
+    assert "\n" not in str(caught.value)
+    assert resumed.train_loop_state.global_step == 4          # restored, and no step ran after it

@@ -237,7 +237,8 @@ class Trainer(TrainerState):
             verbose: Any = "auto", callbacks: Any = None, validation_data: Any = None,
             validation_steps: Optional[int] = None, validation_freq: Any = 1, initial_epoch: int = 0,
             steps_per_epoch: Optional[int] = None, shuffle: bool = True, class_weight: Optional[Dict] = None,
-            sample_weight: Any = None, validation_split: float = 0.0) -> Any:
+            sample_weight: Any = None, validation_split: float = 0.0,
+            validation_batch_size: Optional[int] = None) -> Any:
         """Train for ``epochs`` epochs; returns the `History` (Keras's ``Model.fit``).
 
         ``x`` may be a batched `distrib.data.Dataset` (each element one
@@ -249,8 +250,12 @@ class Trainer(TrainerState):
         and `predict`). Each global batch is
         split evenly among the replicas.
 
-        With ``steps_per_epoch`` on a dataset that runs out first, training
-        warns and stops at the end of that epoch (Keras's behaviour).
+        With ``steps_per_epoch`` on arrays or a dataset of known size, an
+        epoch ends where the pass over the data does (a warning when that cuts
+        it short), the next starts a new pass and training goes on (Keras 3's
+        rule); a dataset of unknown size that runs out first warns and stops
+        training at the end of that epoch. Validation arrays are batched by ``validation_batch_size``
+        (default: ``batch_size``).
         ``validation_split`` (arrays only) holds out the last fraction of the
         examples, before shuffling, as validation data when no
         ``validation_data`` is given.
@@ -265,7 +270,8 @@ class Trainer(TrainerState):
             train, validation = executor.fit_inputs(
                 x, y, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                 sample_weight=sample_weight, steps_per_epoch=steps_per_epoch, validation_data=validation_data,
-                validation_split=validation_split, validation_steps=validation_steps)
+                validation_split=validation_split, validation_steps=validation_steps,
+                validation_batch_size=validation_batch_size)
             elastic = elastic_abilities(self.strategy.collective)
             if elastic is not None:
                 elastic.add_resize_listener(self._fold_metrics)  # leavers' metric sums stay in the job

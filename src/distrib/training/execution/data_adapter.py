@@ -11,10 +11,10 @@ Inputs:
   (``shuffle=True``, training only) with a seed shared by all workers and
   reshuffled every pass, then ``batch(batch_size)`` (without ``batch_size``:
   ``ceil(rows / steps)`` when the call gives its steps, else 32, Keras 3's
-  array-adapter rule); for
-  training the passes repeat, so ``steps_per_epoch`` may differ from the
-  number of batches (Keras 3's behaviour). Floating arrays are cast once to
-  the module's parameter dtype.
+  array-adapter rule). A pass over data of known size (arrays, a finite
+  dataset) ends with its last batch: with ``steps_per_epoch``, an epoch ends
+  there too (Keras 3's epoch iterator; `distrib.training.execution.fit_data`).
+  Floating arrays are cast once to the module's parameter dtype.
 
 Every global batch is split among the replicas by
 ``strategy.experimental_distribute_dataset``. A `DataHandler` yields
@@ -156,22 +156,30 @@ class DataHandler:
     shuffling). `state_dict` holds the pass count and the last iterator's
     position; after `load_state_dict` the next `make_iterator` continues from
     that position (or, with ``position=False``, starts the following pass).
+    Where the batches of a pass are known it also holds those that pass has
+    yielded (``pass_steps``), which a resumed iterator's
+    `StepIterator.steps_taken` starts from.
 
     Attributes:
         steps_per_pass: global batches in one pass over the data, or None if unknown/infinite.
+        batch_size: the global batch size of the user's arrays (None for other inputs).
         needs_seed: True when the handler shuffles and `seed` must be set before iterating.
         seed: shuffle seed (the same on every worker).
     """
 
     def __init__(self, strategy: "Strategy", dataset: Any, steps_per_pass: Optional[int], *,
                  shuffle_rows: Optional[int] = None, class_weight: Optional[torch.Tensor] = None,
-                 labels_checked: bool = False, distributed: Optional["DistributedDataset"] = None) -> None:
+                 labels_checked: bool = False, distributed: Optional["DistributedDataset"] = None,
+                 batch_size: Optional[int] = None) -> None:
         self._strategy = strategy
         self._dataset = dataset
         self._distributed = distributed
         self._class_weight = class_weight
         self._labels_checked = labels_checked
+        self._last: Optional[StepIterator] = None
+        self._resumed_steps = 0
         self.steps_per_pass = steps_per_pass
+        self.batch_size = batch_size
         self.needs_seed = shuffle_rows is not None
         self.seed: Optional[int] = None
         if elastic_enabled() and not (callable(dataset) and not hasattr(dataset, "cardinality")):
@@ -189,14 +197,30 @@ class DataHandler:
 
     def make_iterator(self) -> "StepIterator":
         """An iterator over the next pass (or over the rest of a restored one)."""
-        return StepIterator(iter(self._distributed_dataset()), self._class_weight, self._labels_checked)
+        self._last = StepIterator(iter(self._distributed_dataset()), self._class_weight, self._labels_checked)
+        self._last.steps_taken, self._resumed_steps = self._resumed_steps, 0
+        return self._last
 
     def state_dict(self) -> Dict[str, Any]:
-        return self._distributed_dataset().state_dict()
+        state = self._distributed_dataset().state_dict()
+        if self.steps_per_pass is not None:
+            state["pass_steps"] = 0 if self._last is None or state["iterator"] is None else self._last.steps_taken
+        return state
 
     def load_state_dict(self, state: Dict[str, Any], position: bool = True) -> None:
+        """Restore `state_dict`; ``position=False`` starts the next pass."""
+        self._resumed_steps = 0
+        if not isinstance(state, dict):  # the dataset's own check names what is wrong
+            self._distributed_dataset().load_state_dict(state)
+            return
+        state = dict(state)
+        steps = state.pop("pass_steps", 0)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"data position: pass_steps must be an int >= 0, got {steps!r:.80}")
         if not position:
-            state = dict(state, iterator=None)
+            state["iterator"] = None
+        elif state.get("iterator") is not None:
+            self._resumed_steps = steps
         self._distributed_dataset().load_state_dict(state)
 
 
@@ -208,12 +232,15 @@ class StepIterator:
         self._inner = inner
         self._class_weight = class_weight
         self._labels_checked = labels_checked
+        #: Global batches this pass has yielded (a resumed pass counts from its saved position).
+        self.steps_taken = 0
 
     def __iter__(self) -> "StepIterator":
         return self
 
     def __next__(self) -> Tuple[Any, int]:
         batch, size = self._inner.next_with_global_size()
+        self.steps_taken += 1
         if self._class_weight is not None:
             batch = self._with_class_weight(batch)
         return batch, size
@@ -283,11 +310,10 @@ def make_handler(strategy: "Strategy", module: torch.nn.Module, x: Any, y: Any, 
         source = Dataset.from_tensor_slices(tuple(columns))
         steps = -(-n // batch_size)
         if shuffle and purpose == "fit":
-            return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size).repeat(),
-                               steps, shuffle_rows=n, class_weight=table, labels_checked=checked)
-        pipeline = source.batch(batch_size)
-        return DataHandler(strategy, pipeline.repeat() if purpose == "fit" else pipeline, steps,
-                           class_weight=table, labels_checked=checked)
+            return DataHandler(strategy, lambda seed: source.shuffle(n, seed=seed).batch(batch_size),
+                               steps, shuffle_rows=n, class_weight=table, labels_checked=checked, batch_size=batch_size)
+        return DataHandler(strategy, source.batch(batch_size), steps, class_weight=table, labels_checked=checked,
+                           batch_size=batch_size)
     if y is not None:
         raise ValueError(f"{purpose}(): y must not be given when x is a dataset or loader "
                          f"({type(x).__name__}); the dataset yields (x, y) itself")

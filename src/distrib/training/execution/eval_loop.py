@@ -5,6 +5,8 @@ strategy's step executor, resolves what still runs elsewhere and returns the
 global logs, between ``on_test_begin`` and ``on_test_end``. Prediction runs
 ``predict_step`` in this process for every strategy (the predictions are
 wanted here) and assembles them in input order (`distrib.training.execution.predict_output`).
+Asked for more steps than the data holds, both cover what it holds and warn,
+as Keras 3 does.
 
 Example:
     >>> logs = run_evaluation(loop, executor, executor.eval_input(x, y, batch_size=8, sample_weight=None,
@@ -14,6 +16,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List
 
 from distrib.training.execution.trainer_state import TrainerState
@@ -21,13 +24,25 @@ from distrib.training.execution.predict_output import assemble, concat, rows_of
 from distrib.training.execution.step_executor import EvalInput, StepExecutor
 from distrib.training.execution.step_loop import PREDICT, TEST, batch_logs_for, run_steps
 
-__all__ = ["run_evaluation", "run_predict"]
+__all__ = ["RAN_OUT_WARNING", "run_evaluation", "run_predict"]
 
 Logs = Dict[str, Any]
 
+RAN_OUT_WARNING = ("Your input ran out of data: {ran} of the {steps} steps asked for ran (the data holds no more "
+                   "batches), and the {what} covers those, as in Keras 3. Pass fewer steps, or a repeated dataset.")
 
-def run_evaluation(loop: TrainerState, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int) -> Logs:
-    """The test loop over ``data`` (evaluate, or fit's validation); returns the global logs."""
+
+def _warn_if_short(result: Any, steps: Any, what: str, stacklevel: int) -> None:
+    if result.exhausted and steps is not None and result.step < steps:
+        warnings.warn(RAN_OUT_WARNING.format(ran=result.step, steps=steps, what=what), stacklevel=stacklevel + 1)
+
+
+def run_evaluation(loop: TrainerState, executor: StepExecutor, data: EvalInput, cbs: Any, log_every: int,
+                   stacklevel: int = 3) -> Logs:
+    """The test loop over ``data`` (evaluate, or fit's validation); returns the global logs.
+
+    ``stacklevel``: the user's frame for a warning, counted from here (3: ``evaluate``'s caller).
+    """
     was_training = loop.module.training
     loop.module.eval()
     loop.reset_metrics()
@@ -41,6 +56,7 @@ def run_evaluation(loop: TrainerState, executor: StepExecutor, data: EvalInput, 
                                                      loop.compute_logs, cbs.callbacks),
                            steps_per_execution=loop.steps_per_execution)
         executor.resolve()
+        _warn_if_short(result, data.steps, "evaluation", stacklevel)
         logs = dict(result.logs) if result.logs is not None else loop.compute_logs()
     finally:
         loop.module.train(was_training)
@@ -62,9 +78,10 @@ def run_predict(loop: TrainerState, executor: StepExecutor, data: EvalInput, cbs
     loop.module.eval()
     cbs.on_predict_begin()
     try:
-        run_steps(phase=PREDICT, callbacks=cbs, execute=execute, steps=data.steps, log_every=log_every,
-                  steps_per_execution=loop.steps_per_execution,
-                  batch_logs=lambda ys: {"outputs": ys[0] if len(ys) == 1 else concat(ys)})
+        ran = run_steps(phase=PREDICT, callbacks=cbs, execute=execute, steps=data.steps, log_every=log_every,
+                        steps_per_execution=loop.steps_per_execution,
+                        batch_logs=lambda ys: {"outputs": ys[0] if len(ys) == 1 else concat(ys)})
+        _warn_if_short(ran, data.steps, "prediction", 3)
     finally:
         loop.module.train(was_training)
     result = assemble(loop.strategy, outputs, [rows_of(y) for y in outputs])

@@ -1,14 +1,6 @@
 """What `fit` needs around the step loop: argument checks, validation data, the iterator of each epoch.
 
-Iterators (Keras 2 / tf.keras rules):
-
-* without ``steps_per_epoch``, or with it equal to the dataset's known
-  number of batches, every epoch iterates the data once from a fresh iterator
-  (arrays are reshuffled per epoch, seeded identically on every worker);
-* otherwise one iterator runs across epochs (``dataset.repeat()`` and
-  ``steps_per_epoch=70`` as in the seeds); if it runs out, fit warns, ends
-  the epoch and stops training.
-
+Which iterator each epoch gets (Keras's rules) is `EpochIterators`'s docstring.
 Validation data is ``validation_data`` (a dataset, ``(x, y)`` or
 ``(x, y, sample_weight)``) or, for array inputs, the last
 ``validation_split`` fraction of the examples, taken before shuffling.
@@ -18,6 +10,7 @@ validation rows 8 and 9.
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import torch
@@ -29,13 +22,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from distrib.strategies.interface import Strategy
     from distrib.training.execution.loop_state import TrainLoopState
 
-__all__ = ["OUT_OF_DATA_WARNING", "validate_fit_args", "should_validate", "draw_seed", "EpochIterators",
+__all__ = ["OUT_OF_DATA_WARNING", "PASS_ENDED_WARNING", "validate_fit_args", "should_validate", "draw_seed", "EpochIterators",
            "split_validation", "split_arrays"]
 
 OUT_OF_DATA_WARNING = (
     "Your input ran out of data; interrupting training. Make sure that your dataset or generator can "
     "generate at least `steps_per_epoch * epochs` batches ({needed} here; it ran out after {seen}). "
     "You may need to use the `.repeat()` function when building your dataset.")
+PASS_ENDED_WARNING = (
+    "Your input ran out of data: an epoch of steps_per_epoch={steps} reached the end of the data ({batches} "
+    "batches{of} a pass), so it ended there and the next epoch starts a new pass (as Keras 3 does). For epochs "
+    "of equal length pass a steps_per_epoch that divides {batches}, or repeat the dataset (.repeat()).")
 
 
 def validate_fit_args(epochs: int, initial_epoch: int, steps_per_epoch: Optional[int], validation_freq: Any,
@@ -110,7 +107,25 @@ def split_arrays(x: Any, y: Any, sample_weight: Any, validation_split: float) ->
 
 
 class EpochIterators:
-    """Hands out the iterator for each epoch, per the rules in the module docstring.
+    """Hands out the iterator for each epoch.
+
+    Rules (Keras 2 / tf.keras):
+
+    * without ``steps_per_epoch``, or with it equal to the dataset's known
+      number of batches, every epoch iterates the data once from a fresh iterator
+      (arrays are reshuffled per epoch, seeded identically on every worker);
+    * otherwise one iterator runs across epochs (``dataset.repeat()`` and
+      ``steps_per_epoch=70`` as in the seeds);
+    * where a pass's batches are known (arrays, a finite dataset), Keras 3's
+      epoch iterator: an epoch also ends where the pass does (fit warns when
+      that cuts it short of ``steps_per_epoch``) and the next epoch starts a
+      new pass, so training goes on;
+    * where they are not (a ``filter``, a generator) and the data runs out,
+      fit warns, ends the epoch and stops training (Keras 2's rule).
+
+    Example (10 rows, ``batch_size=4``: 3 batches a pass): with
+    ``steps_per_epoch=2`` the epochs run 2, 1, 2, 1, ... steps; with
+    ``steps_per_epoch=5``, 3 steps each (a warning for each epoch cut short).
 
     Args:
         handler: the training data.
@@ -124,8 +139,10 @@ class EpochIterators:
         self.handler = handler
         self.per_epoch = steps_per_epoch is None or (known is not None and steps_per_epoch == known)
         self.steps = steps_per_epoch if steps_per_epoch is not None else known
+        #: Known batches per pass and steps_per_epoch: an epoch also ends with the pass (Keras 3).
+        self.pass_ends_epoch = not self.per_epoch and known is not None
         self.state = state
-        self._shared: Optional[Iterator[Any]] = None
+        self._shared: Optional[Any] = None
 
     def for_epoch(self, first_step: int, restored: bool) -> Iterator[Any]:
         """The iterator of the epoch that starts at ``first_step`` (past 0 on a mid-epoch resume)."""
@@ -133,11 +150,20 @@ class EpochIterators:
             # Resuming at an epoch boundary starts the next pass; mid-epoch continues the saved one.
             position = not (self.per_epoch and first_step == 0)
             self.state.data_position.apply(lambda saved: self.handler.load_state_dict(saved, position=position))
+            self._shared = None
+        if self.pass_ends_epoch and self._shared is not None and self._shared.steps_taken >= self.handler.steps_per_pass:
+            self._shared = None  # the last epoch ended the pass
         if self.per_epoch or self._shared is None:
             it = self.handler.make_iterator()
+            if self.pass_ends_epoch and first_step == 0 and it.steps_taken >= self.handler.steps_per_pass:
+                it = self.handler.make_iterator()  # a pass restored at its end: this epoch starts the next
             if not self.per_epoch:
                 self._shared = it
         else:
             it = self._shared
         self.state.attach_iterator(self.handler)
+        if self.pass_ends_epoch:
+            left = self.handler.steps_per_pass - it.steps_taken
+            return itertools.islice(it, max(0, min(left, self.steps - first_step)))
         return it
+

@@ -67,7 +67,7 @@ def run_fit(loop: TrainerState, executor: StepExecutor, train: EpochInput, valid
         logs, epoch_steps, out_of_data = _run_epoch(loop, executor, train, cbs, epoch, first_step,
                                                     restored and epoch == start_epoch, log_every, should_stop)
         if validation is not None and should_validate(epoch, validation_freq):
-            val_logs = run_evaluation(loop, executor, validation, cbs, validation.log_every)
+            val_logs = run_evaluation(loop, executor, validation, cbs, validation.log_every, stacklevel=4)
             logs.update({f"val_{k}": v for k, v in val_logs.items()})
             loop.module.train()
         state.epoch_done = True

@@ -17,10 +17,12 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from distrib.training.execution.data_adapter import DataHandler, make_handler
-from distrib.training.execution.fit_data import OUT_OF_DATA_WARNING, EpochIterators, split_arrays, split_validation
+from distrib.training.execution.fit_data import (OUT_OF_DATA_WARNING, PASS_ENDED_WARNING, EpochIterators, split_arrays,
+                                                 split_validation)
 from distrib.training.execution.trainer_state import TrainerState
 from distrib.training.execution.step_executor import StepExecutor
 from distrib.training.execution.step_loop import Execution, Phase, default_log_every
@@ -46,6 +48,11 @@ class _LocalEpochs:
     def out_of_data(self, *, epoch: int, epoch_steps: int, needed: int, seen: int) -> Optional[str]:
         if self.iterators.per_epoch:
             return None  # an epoch of a per-epoch iterator ends with its data
+        if self.iterators.pass_ends_epoch:  # the epoch ends with the pass, training goes on (Keras 3)
+            size = self.handler.batch_size
+            warnings.warn(PASS_ENDED_WARNING.format(batches=self.handler.steps_per_pass, steps=self.steps,
+                                                    of="" if size is None else f" of {size}"), stacklevel=4)
+            return None
         return OUT_OF_DATA_WARNING.format(needed=needed, seen=seen)
 
 
@@ -81,16 +88,16 @@ class LocalExecutor(StepExecutor):
 
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
-                   validation_data: Any, validation_split: float,
-                   validation_steps: Optional[int]) -> Tuple[_LocalEpochs, Optional[_LocalEval]]:
+                   validation_data: Any, validation_split: float, validation_steps: Optional[int],
+                   validation_batch_size: Optional[int] = None) -> Tuple[_LocalEpochs, Optional[_LocalEval]]:
         if validation_split and validation_data is None:
             (x, y, sample_weight), validation_data = split_arrays(x, y, sample_weight, validation_split)
         handler = self._handler(x, y, sample_weight, batch_size, shuffle, class_weight, "fit", steps_per_epoch)
         validation = None
         if validation_data is not None:
             vx, vy, vsw = split_validation(validation_data)
-            validation = _LocalEval(self._handler(vx, vy, vsw, batch_size, False, None, "evaluate", validation_steps),
-                                    validation_steps)
+            validation = _LocalEval(self._handler(vx, vy, vsw, validation_batch_size or batch_size, False, None,
+                                                  "evaluate", validation_steps), validation_steps)
         return _LocalEpochs(handler, steps_per_epoch, self.loop.train_loop_state), validation
 
     def eval_input(self, x: Any, y: Any, *, batch_size: Optional[int], sample_weight: Any,

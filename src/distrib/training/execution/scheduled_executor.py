@@ -118,10 +118,11 @@ class ScheduledExecutor(StepExecutor):
     # -------------------------------------------------------------- input
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
-                   validation_data: Any, validation_split: float,
-                   validation_steps: Optional[int]) -> Tuple[ScheduledEpochs, Optional[ScheduledEval]]:
+                   validation_data: Any, validation_split: float, validation_steps: Optional[int],
+                   validation_batch_size: Optional[int] = None) -> Tuple[ScheduledEpochs, Optional[ScheduledEval]]:
         refuse_array_options("fit", batch_size=batch_size, class_weight=class_weight,
-                             sample_weight=sample_weight, validation_split=validation_split)
+                             sample_weight=sample_weight, validation_split=validation_split,
+                             validation_batch_size=validation_batch_size)
         steps = required_steps(steps_per_epoch, "steps_per_epoch", "fit")
         dataset_fn = dataset_recipe(x, y, "fit")
         val_fn = None

@@ -58,7 +58,8 @@ class EpochInput(Protocol):
 
     def out_of_data(self, *, epoch: int, epoch_steps: int, needed: int, seen: int) -> Optional[str]:
         """The warning when epoch ``epoch`` ended after ``epoch_steps`` steps, fewer than asked (fit then
-        stops); None where that is how an epoch ends. ``needed``/``seen``: steps of the whole fit."""
+        stops); None where that is how an epoch ends (arrays: having warned itself, as Keras 3 does).
+        ``needed``/``seen``: steps of the whole fit."""
 
 
 class EvalInput(Protocol):
@@ -82,8 +83,8 @@ class StepExecutor(Protocol):
 
     def fit_inputs(self, x: Any, y: Any, *, batch_size: Optional[int], shuffle: bool,
                    class_weight: Optional[Dict], sample_weight: Any, steps_per_epoch: Optional[int],
-                   validation_data: Any, validation_split: float,
-                   validation_steps: Optional[int]) -> Tuple[EpochInput, Optional[EvalInput]]:
+                   validation_data: Any, validation_split: float, validation_steps: Optional[int],
+                   validation_batch_size: Optional[int] = None) -> Tuple[EpochInput, Optional[EvalInput]]:
         """The training input and, if validation is asked for, the validation input of one `fit`."""
 
     def eval_input(self, x: Any, y: Any, *, batch_size: Optional[int], sample_weight: Any,
