@@ -179,7 +179,8 @@ def test_namespace_hosts_reach_each_other_cut_restore_and_vanish(wire):
 def test_two_hosts_train_like_one_process(script, tmp_path, one_process):
     with NamespaceHosts(2) as hosts:
         outputs = finish([start_node(hosts, i, script, str(tmp_path)) for i in range(2)])
-    assert all("finished as replica" in o for o in outputs), outputs
+    assert all("finished as replica" in o for o in outputs), "\n".join(
+        f"--- node {i}'s output (its end):\n{o[-2500:]}" for i, o in enumerate(outputs))
     assert f"worker 1 ({hosts.address(1)}:{MASTER_PORT + 1})" in outputs[1]
     for rank in range(2):
         assert_same(weights(str(tmp_path), rank), one_process, exact=False)
