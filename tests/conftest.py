@@ -79,6 +79,14 @@ def _fresh_secret_mismatch_log(monkeypatch):
         monkeypatch.setattr(module, "_MISMATCHES", module.HostLog())
 
 
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory: pytest.TempPathFactory):
+    """The documentation site's one strict build in this run (tests/docs_site.py), built by whoever asks first."""
+    import docs_site as site
+
+    return site.build_once(site.shared_tmp_of_the_run(tmp_path_factory.getbasetemp()))
+
+
 # ---------------------------------- what the suite says before its first dot (issue 50)
 import suite_timing  # noqa: E402 - tests/ is on sys.path, as this file's directory
 
