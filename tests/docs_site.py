@@ -30,10 +30,17 @@ _CLUSTER_ENV = ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES", "DISTRIB_LOCAL_REPLICA", "
 
 
 def clean_env() -> Dict[str, str]:
-    """This process's environment without cluster variables, distrib's source first on the path."""
+    """This process's environment without cluster variables, this checkout's distrib importable.
+
+    Where nothing else changes, it is the environment of the test harness's tasks
+    (``OMP_NUM_THREADS=1`` where unset), so the pages' examples fork from the same
+    preloaded server as they do (`distrib.testing.run_python`).
+    """
+    import distrib
+
     env = {k: v for k, v in os.environ.items() if k not in _CLUSTER_ENV and not k.startswith("SLURM_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    env["NO_MKDOCS_2_WARNING"] = "1"
+    if pathlib.Path(distrib.__file__).resolve().parents[1] != ROOT / "src":  # another checkout's install
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env.setdefault("OMP_NUM_THREADS", "1")  # small examples; the machine runs other tests too
     return env
 
@@ -63,7 +70,8 @@ def build_once(shared_tmp: pathlib.Path) -> BuiltSite:
             result = subprocess.run(
                 [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
                  "--site-dir", str(where / "site")],
-                cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                cwd=ROOT, env=dict(clean_env(), NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True,
+                timeout=BUILD_TIMEOUT_S)
             record.write_text(json.dumps({"returncode": result.returncode, "stderr": result.stderr}),
                               encoding="utf-8")
         built = json.loads(record.read_text(encoding="utf-8"))
