@@ -302,12 +302,17 @@ def test_run_python_is_subprocess_run_forked_and_times_out_alike(write_script, t
     script = write_script("talk.py", "import os, sys\nprint('out', sys.argv[1:], os.getcwd())\n"
                                      "print('err', file=sys.stderr)\nprint(os.getppid(), file=sys.stderr)\n"
                                      "sys.exit(3)\n")
+    # A start-up environment of this test's own: no server has it yet.
     env = {k: v for k, v in os.environ.items() if k != "DISTRIB_LAUNCH_FORK"}
-    forked = run_python([script, "a"], env=env, cwd=tmp_path)
+    env["FORK_TEST_OWN_ENVIRONMENT"] = str(tmp_path)
+    first = run_python([script, "a"], env=env, cwd=tmp_path)     # asked once: a new process, no server
+    forked = run_python([script, "a"], env=env, cwd=tmp_path)    # asked again: a server, and a fork of it
     fresh = subprocess.run([sys.executable, str(script), "a"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (3, fresh.stdout)
+    assert (first.returncode, first.stdout) == (3, fresh.stdout)
     assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == "err"
-    assert int(forked.stderr.splitlines()[1]) != os.getpid()  # a fork of the test process's server
+    assert int(first.stderr.splitlines()[1]) == os.getpid()    # a new process
+    assert int(forked.stderr.splitlines()[1]) != os.getpid()   # a fork of the test process's server
     assert int(fresh.stderr.splitlines()[1]) == os.getpid()
 
     slow = write_script("slow.py", "import sys, time\nprint('started', flush=True)\ntime.sleep(600)\n")
