@@ -126,6 +126,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each of ``-n N`` pytest processes computes on its share of the cores (unless OMP_NUM_THREADS says).
+
+    torch's default, a thread per core in every process, makes N processes' kernels (and the
+    tasks they start) wait on each other's spinning threads: a test of bitwise-equal optimizer
+    steps took ten times as long in the suite as alone. The tasks the harness starts have their
+    own setting (``OMP_NUM_THREADS=1``); only this process's torch is set, not its environment.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list) -> None:  # noqa: ANN001 - xdist's hook
     _announce(node.config, list(ids), node.config.getoption("numprocesses", None) or 1)
