@@ -138,7 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // workers))
 
 
 @pytest.hookimpl(optionalhook=True)
