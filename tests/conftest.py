@@ -81,11 +81,12 @@ def _fresh_secret_mismatch_log(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def docs_site(tmp_path_factory: pytest.TempPathFactory):
+def docs_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The documentation site's one strict build in this run (tests/docs_site.py), built by whoever asks first."""
     import docs_site as site
 
-    return site.build_once(site.shared_tmp_of_the_run(tmp_path_factory.getbasetemp()))
+    worker = hasattr(request.config, "workerinput")  # an xdist worker: its basetemp is below the run's
+    return site.build_once(site.shared_tmp_of_the_run(tmp_path_factory.getbasetemp(), worker))
 
 
 # ---------------------------------- what the suite says before its first dot (issue 50)

@@ -78,6 +78,6 @@ def build_once(shared_tmp: pathlib.Path) -> BuiltSite:
     return BuiltSite(where / "site", built["returncode"], built["stderr"])
 
 
-def shared_tmp_of_the_run(basetemp: pathlib.Path) -> pathlib.Path:
-    """The temporary directory all pytest processes of this run share (xdist gives each its own below it)."""
-    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+def shared_tmp_of_the_run(basetemp: pathlib.Path, xdist_worker: bool) -> pathlib.Path:
+    """The temporary directory all pytest processes of this run share (xdist gives each worker its own below it)."""
+    return basetemp.parent if xdist_worker else basetemp
