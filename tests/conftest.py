@@ -1,6 +1,7 @@
 """Fixtures shared by unit and distributed tests (keep this file small)."""
 from __future__ import annotations
 
+import gc
 import os
 import textwrap
 from pathlib import Path
@@ -79,6 +80,15 @@ def _fresh_secret_mismatch_log(monkeypatch):
         monkeypatch.setattr(module, "_MISMATCHES", module.HostLog())
 
 
+@pytest.fixture(scope="session")
+def docs_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The documentation site's one strict build in this run (tests/docs_site.py), built by whoever asks first."""
+    import docs_site as site
+
+    worker = hasattr(request.config, "workerinput")  # an xdist worker: its basetemp is below the run's
+    return site.build_once(site.shared_tmp_of_the_run(tmp_path_factory.getbasetemp(), worker))
+
+
 # ---------------------------------- what the suite says before its first dot (issue 50)
 import suite_timing  # noqa: E402 - tests/ is on sys.path, as this file's directory
 
@@ -110,6 +120,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # one process: it collected, and says so
         _announce(session.config, [item.nodeid for item in session.items], 1)
+    # What collection loaded (torch, Keras, every test module: ~10^6 objects) lives as long as the
+    # process: the cyclic collector leaves it alone from now on, so that a full collection (Keras's
+    # clear_session, a test's own gc.collect, Python's own) scans what the tests made, not 1 s of heap.
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each of ``-n N`` pytest processes computes on its share of the cores (unless OMP_NUM_THREADS says).
+
+    torch's default, a thread per core in every process, makes N processes' kernels (and the
+    tasks they start) wait on each other's spinning threads: a test of bitwise-equal optimizer
+    steps took ten times as long in the suite as alone. The tasks the harness starts have their
+    own setting (``OMP_NUM_THREADS=1``); only this process's torch is set, not its environment.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // workers))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -97,6 +97,16 @@ def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
     assert seen[True][0]["ppid"] != os.getpid()
 
 
+@pytest.fixture(scope="module")
+def shared_server():
+    """One server for the six endings below (one ``import torch``, not six); each launch forks from it."""
+    shared = SharedForkServer(max_servers=1)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @pytest.mark.parametrize("body, code", [
     ("sys.exit(3)", 3),
     ("sys.exit('stopped: ' + str(INDEX))", 1),
@@ -105,19 +115,24 @@ def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
     ("os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL),
     ("raise KeyboardInterrupt", -signal.SIGINT),
 ], ids=["exit-3", "exit-message", "os-exit", "exception", "sigkill", "keyboard-interrupt"])
-def test_a_forked_task_ends_with_the_status_and_traceback_of_a_new_process(write_script, tmp_path, body, code):
+def test_a_forked_task_ends_with_the_status_and_traceback_of_a_new_process(write_script, tmp_path, body, code,
+                                                                           shared_server):
     script = write_script("end.py", f'''
         import json, os, signal, sys
         INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         print("started", INDEX, file=sys.stderr, flush=True)  # one stream: lines keep their order
+        with open(os.path.join(os.path.dirname(__file__), "parent"), "w") as f:
+            f.write(str(os.getppid()))
         if INDEX == 0:
             {body}
     ''')
-    outputs = {}
+    outputs, parents = {}, {}
     for fork in (True, False):
-        result = _run(script, tmp_path, fork, workers=1)
+        result = _run(script, tmp_path, fork, workers=1, fork_server=shared_server if fork else None)
         assert result.tasks["worker 0"].returncode == code, result.output
         outputs[fork] = result.outputs["worker 0"]
+        parents[fork] = int((tmp_path / "parent").read_text())
+    assert parents[True] != os.getpid() and parents[False] == os.getpid()  # a fork of the server; a new process
     assert outputs[True] == outputs[False]
     if code == 1:
         assert "fork_server" not in outputs[True]
@@ -287,12 +302,17 @@ def test_run_python_is_subprocess_run_forked_and_times_out_alike(write_script, t
     script = write_script("talk.py", "import os, sys\nprint('out', sys.argv[1:], os.getcwd())\n"
                                      "print('err', file=sys.stderr)\nprint(os.getppid(), file=sys.stderr)\n"
                                      "sys.exit(3)\n")
+    # A start-up environment of this test's own: no server has it yet.
     env = {k: v for k, v in os.environ.items() if k != "DISTRIB_LAUNCH_FORK"}
-    forked = run_python([script, "a"], env=env, cwd=tmp_path)
+    env["FORK_TEST_OWN_ENVIRONMENT"] = str(tmp_path)
+    first = run_python([script, "a"], env=env, cwd=tmp_path)     # asked once: a new process, no server
+    forked = run_python([script, "a"], env=env, cwd=tmp_path)    # asked again: a server, and a fork of it
     fresh = subprocess.run([sys.executable, str(script), "a"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (3, fresh.stdout)
+    assert (first.returncode, first.stdout) == (3, fresh.stdout)
     assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == "err"
-    assert int(forked.stderr.splitlines()[1]) != os.getpid()  # a fork of the test process's server
+    assert int(first.stderr.splitlines()[1]) == os.getpid()    # a new process
+    assert int(forked.stderr.splitlines()[1]) != os.getpid()   # a fork of the test process's server
     assert int(fresh.stderr.splitlines()[1]) == os.getpid()
 
     slow = write_script("slow.py", "import sys, time\nprint('started', flush=True)\ntime.sleep(600)\n")

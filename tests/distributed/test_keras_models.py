@@ -35,7 +35,7 @@ def _keras():
     # Keras names layers and variables by process-wide counters (sequential_8/dense_17): reset them, so
     # the reference built in this pytest process names its weights as the fresh tasks do, whatever
     # Keras models earlier tests in the process made (a shuffled order found it).
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)  # its state only: gc.collect takes seconds here
     return keras
 
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from distrib.testing import run_cluster
+from distrib.testing import run_cluster, run_python
 
 STEPS = 12
 PER_REPLICA = 3
@@ -78,9 +78,8 @@ def test_mirrored_strategy_from_a_plain_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIRRORED_SCRIPT)
     out_file = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, str(script), str(out_file)], cwd=tmp_path, text=True,
-                          capture_output=True, timeout=280,
-                          env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    proc = run_python([script, out_file], cwd=tmp_path, timeout=280,
+                      env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("script started") == 1, proc.stdout  # children's output is not shown
     assert proc.stdout.count("done on replica") == 1 and "done on replica 0" in proc.stdout

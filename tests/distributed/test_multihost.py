@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from distrib.checkpoint.files.format import load_state
+from distrib.testing import run_python
 from distrib.testing.netns import NamespaceHosts, namespaces_available
 
 pytestmark = pytest.mark.timeout(300)
@@ -139,9 +140,8 @@ def one_process(tmp_path_factory):
     with open(path, "w") as f:
         f.write(TRAIN_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    proc = subprocess.run([sys.executable, path, out, os.path.join(out, "backup"), "0", "-1", "0",
-                           "none"], env=dict(env, OMP_NUM_THREADS="1"), capture_output=True,
-                          text=True, timeout=120)
+    proc = run_python([path, out, os.path.join(out, "backup"), "0", "-1", "0", "none"],
+                      env=dict(env, OMP_NUM_THREADS="1"), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return weights(out, 0)
 

@@ -1,6 +1,6 @@
 """The API reference documents every public name of distrib's packages.
 
-The site is built (``mkdocs build --strict``) and its object inventory
+The site is built (``mkdocs build --strict``, once per run: tests/docs_site.py) and its object inventory
 (``objects.inv``, which mkdocstrings writes: one entry per rendered object)
 is compared with the packages a user imports: ``distrib`` and every module
 named in its ``__all__``, and every module named in theirs, recursively.
@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import pathlib
-import subprocess
-import sys
 import types
 import zlib
 from typing import Dict, List, Set
 
 import pytest
+from docs_site import BuiltSite
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT_S = 240
 
 needs_mkdocs = pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
@@ -94,14 +90,9 @@ def stray_names() -> List[str]:
 
 
 @pytest.fixture(scope="module")
-def inventory(tmp_path_factory: pytest.TempPathFactory) -> Set[str]:
-    site = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(site)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
-    return read_inventory(site / "objects.inv")
+def inventory(docs_site: BuiltSite) -> Set[str]:
+    assert docs_site.returncode == 0, f"mkdocs build --strict failed:\n{docs_site.stderr[-6000:]}"
+    return read_inventory(docs_site.site / "objects.inv")
 
 
 @needs_mkdocs

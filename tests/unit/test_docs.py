@@ -2,12 +2,14 @@
 
 * ``mkdocs build --strict`` (warnings are errors: a broken link or anchor, a page
   missing from the nav, an API object that does not resolve) into a temporary
-  directory; skipped, saying why, where MkDocs is not installed (``scripts/env.sh``
+  directory, once per run (tests/docs_site.py: test_api_reference.py reads the
+  same build); skipped, saying why, where MkDocs is not installed (``scripts/env.sh``
   installs the ``docs`` extra, so the project's test run always builds).
 * Every ```` ```python ```` block of ``README.md`` and of the pages under ``docs/``
   (``docs/incoming/`` excepted: not built yet) runs. A page's blocks run in order in
-  one fresh interpreter, like a notebook, so a page may set up names in one block and
-  use them in the next; a traceback names the page and the line in it. A block
+  one fresh interpreter (``distrib.testing.run_python``: a fork of a preloaded
+  server where that starts exactly as a new ``python`` would), like a notebook,
+  so a page may set up names in one block and use them in the next; a traceback names the page and the line in it. A block
   preceded by ``<!-- no-run: REASON -->`` is skipped; the reason must say which
   tested program runs the same code instead. A block whose text already ran on an
   earlier page is not run twice.
@@ -16,25 +18,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import pathlib
 import re
-import subprocess
-import sys
 import textwrap
 from typing import Dict, List
 
 import pytest
+from docs_site import BuiltSite, clean_env
+
+from distrib.testing import run_python
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLE_TIMEOUT_S = 180
-BUILD_TIMEOUT_S = 240
 _FENCE_OPEN = re.compile(r"^```python[ \t]*$")
 _NO_RUN = re.compile(r"^<!--\s*no-run(?::\s*(?P<reason>.*?))?\s*-->\s*$")
-# Environment that would turn a standalone example into a cluster task.
-_CLUSTER_ENV = ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES", "DISTRIB_LOCAL_REPLICA", "RANK", "WORLD_SIZE",
-                "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,14 +106,6 @@ def _runner(blocks: List[CodeBlock]) -> str:
         """) + calls + "\n"
 
 
-def _clean_env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _CLUSTER_ENV and not k.startswith("SLURM_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    env["NO_MKDOCS_2_WARNING"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")  # small examples; the machine runs other tests too
-    return env
-
-
 def test_block_parser_reads_markers_and_lines() -> None:
     text = ("# T\n\n```python\na = 1\n```\n\n<!-- no-run: examples/x.py runs it -->\n"
             "```python\nb = a\n```\n```bash\nls\n```\n")
@@ -158,8 +148,7 @@ def test_page_examples_run(page: str, tmp_path: pathlib.Path) -> None:
     blocks = runnable_blocks()[page]
     script = tmp_path / "run_examples.py"
     script.write_text(_runner(blocks), encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_clean_env(),
-                            capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S)
+    result = run_python([script], cwd=tmp_path, env=clean_env(), timeout=EXAMPLE_TIMEOUT_S)
     assert result.returncode == 0, (
         f"the python examples of {page} failed (exit {result.returncode}):\n"
         f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
@@ -175,14 +164,10 @@ def test_readme_example_is_the_site_example() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
                     reason="MkDocs is not installed: pip install -c constraints.txt -e '.[docs]' "
                            "(scripts/env.sh does) to build the documentation site")
-def test_docs_build_strict(tmp_path: pathlib.Path) -> None:
-    site = tmp_path / "site"
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(site)],
-        cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
-    assert "WARNING" not in result.stderr, result.stderr[-6000:]
+def test_docs_build_strict(docs_site: BuiltSite) -> None:
+    site = docs_site.site
+    assert docs_site.returncode == 0, f"mkdocs build --strict failed:\n{docs_site.stderr[-6000:]}"
+    assert "WARNING" not in docs_site.stderr, docs_site.stderr[-6000:]
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "MultiWorkerMirroredStrategy" in home
     api = (site / "api" / "strategies" / "index.html").read_text(encoding="utf-8")

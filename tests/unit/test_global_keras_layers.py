@@ -36,7 +36,7 @@ def _keras_state():
         yield
     finally:
         batch_position.set_current(None)
-        keras.backend.clear_session()  # Keras names variables by process-wide counters: reset them
+        keras.backend.clear_session(free_memory=False)  # Keras names variables by process-wide counters: reset them
 
 
 # ------------------------------------------------------------------ batch norm

@@ -36,7 +36,7 @@ def _keras_state():
         yield
     finally:
         batch_position.set_current(None)
-        keras.backend.clear_session()
+        keras.backend.clear_session(free_memory=False)  # no gc.collect: seconds in a full pytest process
 
 
 def _seeded(layer):
@@ -270,7 +270,7 @@ def test_a_checkpoint_carries_the_layers_seed_state_to_a_replacement():
     from distrib.checkpoint.files.format import freeze_state, loads_state
 
     def build():  # as a new process builds it: the same layer names
-        keras.backend.clear_session()
+        keras.backend.clear_session(free_memory=False)
         keras.utils.set_random_seed(0)
         return keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dropout(0.5, seed=3),
                                  keras.layers.GaussianNoise(0.5, seed=4)])

@@ -320,15 +320,21 @@ class SharedForkServer:
         self._lock = threading.Lock()
         self._servers: List[ForkServer] = []  # the most recently used last
         self._max = max(1, int(max_servers))
+        self._asked: Dict[frozenset, int] = {}  # start-up environments asked for while no server had them
 
     def server_for(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None,
-                   runtime: Iterable[str] = ()) -> Optional[ForkServer]:
+                   runtime: Iterable[str] = (), start_at: int = 1) -> Optional[ForkServer]:
         """A live server that can fork ``command`` exactly, started now if needed; None if none can.
 
         ``runtime``: the caller's own variables that may differ from the server's (see `can_fork`).
+        ``start_at``: a server for a start-up environment no live server has is started at its
+        ``start_at``-th request, None before: with 2, a process whose environment is its own (a
+        test's private ``TMPDIR``) is a new process, not a server that serves it alone and makes a
+        busier one give way.
         """
         if not can_fork(command, env, env, cwd=cwd):
             return None
+        runtime = frozenset(runtime)
         with self._lock:
             for server in [s for s in self._servers if s.gone]:
                 self._servers.remove(server)
@@ -338,6 +344,14 @@ class SharedForkServer:
                     self._servers.remove(server)
                     self._servers.append(server)
                     return server
+            startup = frozenset((k, v) for k, v in env.items()
+                                if k not in RUNTIME_VARIABLES and k not in runtime and not k.startswith("DISTRIB_"))
+            asked = self._asked.pop(startup, 0) + 1
+            if asked < start_at:
+                if len(self._asked) >= 256:  # bounded: the oldest are forgotten
+                    self._asked.pop(next(iter(self._asked)))
+                self._asked[startup] = asked
+                return None
             if len(self._servers) >= self._max:
                 idle = [s for s in self._servers if not s.running()]
                 if not idle:

@@ -230,7 +230,9 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
     tasks of `run_cluster` are) when that starts it exactly as a new
     ``python`` would (`distrib.process.fork_rules.can_fork`), else a new
     process; ``DISTRIB_LAUNCH_FORK=0`` in ``env`` or the environment always
-    makes a new one.
+    makes a new one. A server is started for a start-up environment at its
+    second request: the first program with an environment of its own (a
+    test's ``TMPDIR``) is a new process.
 
     Args:
         args: the interpreter's arguments: ``[script, *args]`` or ``["-m", module, *args]``.
@@ -244,7 +246,7 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
         (0, True)
     """
     command, full_env, cwd = _python_command(args, env, cwd)
-    forked = _forking_server(command, full_env, cwd)
+    forked = _forking_server(command, full_env, cwd, start_at=2)
     if forked is None:
         return subprocess.run(command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     proc = forked.start(command, full_env, cwd)
@@ -317,8 +319,13 @@ def _python_command(args: Sequence[Union[str, "os.PathLike[str]"]], env: Optiona
 
 
 def _forking_server(command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
-                    runtime: Sequence[str] = ()) -> Optional[ForkServer]:
-    """A ready shared server that starts ``command`` exactly, or None (then: a new process)."""
+                    runtime: Sequence[str] = (), start_at: int = 1) -> Optional[ForkServer]:
+    """A ready shared server that starts ``command`` exactly, or None (then: a new process).
+
+    ``start_at`` (`SharedForkServer.server_for`): `run_python` starts a server for an environment
+    only when it was asked for before, since one that is a test's own would cost a server and make
+    the suite's common one give way; `start_python`, which starts a cluster's tasks, at once.
+    """
     shared = _shared_server(env)
-    server = shared.server_for(command, env, cwd, runtime) if shared is not None else None
+    server = shared.server_for(command, env, cwd, runtime, start_at) if shared is not None else None
     return server if server is not None and server.wait_ready() else None
