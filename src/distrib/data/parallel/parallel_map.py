@@ -194,6 +194,9 @@ class _ParallelMapIterator(BlockIterator):
     def _fill(self) -> None:
         pool = self._pool or self._start_pool()
         room = 2 * self._size * (_PROCESS_CHUNK if self._processes else 1) - len(self._flight)
+        if self._processes and self._flight:
+            room -= room % _PROCESS_CHUNK  # whole tasks only while work is in flight: a task per element
+            # would cost a pipe round trip per element
         chunk: List[Tuple[int, Any]] = []
         while room > 0 and not self._ended:
             before = self._in.state()
