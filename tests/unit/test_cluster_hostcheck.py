@@ -1,4 +1,5 @@
 """Addresses are checked before any wait: unresolvable hosts, a task on the wrong machine."""
+import os
 import json
 import socket
 
@@ -95,3 +96,19 @@ def test_a_parameter_server_job_with_an_unresolvable_host_fails_at_once(monkeypa
     options = distrib.CommunicationOptions(timeout_seconds=600)
     with pytest.raises(ClusterConfigError, match="ps 0's host 'no-such-host.invalid'"):
         distrib.experimental.ParameterServerStrategy(communication_options=options)
+
+
+def test_gloo_is_pointed_at_each_jobs_interface_unless_the_user_named_one(monkeypatch):
+    """A loopback job's ``lo`` must not stick: a task started later on another host's address (it
+    inherits the environment) was handed ``lo`` and its peers dialled 127.0.0.1 (a shuffled CI run)."""
+    from distrib.comm.torch_collective import use_interface_for_gloo
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("DISTRIB_GLOO_SOCKET_IFNAME_CHOSEN", raising=False)
+    use_interface_for_gloo("lo")
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+    use_interface_for_gloo("veth1")
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "veth1"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's choice
+    use_interface_for_gloo("veth2")
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "ib0"

@@ -41,6 +41,25 @@ _TORCH_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
               ReduceOp.MIN: dist.ReduceOp.MIN}
 
 
+#: Marks a ``GLOO_SOCKET_IFNAME`` that distrib chose (not the user): the next job in this process,
+#: or a program this process starts (it inherits the environment), chooses again.
+_CHOSEN_IFNAME = "DISTRIB_GLOO_SOCKET_IFNAME_CHOSEN"
+
+
+def use_interface_for_gloo(interface: str) -> None:
+    """Point gloo at this task's interface, unless the user named one in ``GLOO_SOCKET_IFNAME``.
+
+    Example: a process that ran a loopback job sets ``lo``; a task it later starts
+    on another host's address (inheriting the environment) calls this with
+    ``eth1`` and gets ``eth1``, where a plain ``setdefault`` kept ``lo`` and its
+    peers were told to dial 127.0.0.1. A user's own ``GLOO_SOCKET_IFNAME=ib0``
+    stays ``ib0``.
+    """
+    current = os.environ.get("GLOO_SOCKET_IFNAME")
+    if current is None or current == os.environ.get(_CHOSEN_IFNAME):
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ[_CHOSEN_IFNAME] = interface
+
+
 class TorchCollective(Collective):
     """Collectives among the replicas of a job, over torch.distributed."""
 
@@ -82,7 +101,7 @@ class TorchCollective(Collective):
         describe = resolver.describe
         interface = check_task_addresses(resolver)
         if interface is not None:  # else gloo picks what the host name resolves to, maybe loopback
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+            use_interface_for_gloo(interface)
         namespace = attempt_namespace()  # a restarted attempt never reads the last one's keys
         raw_store = connect_store(host, port, rank, cluster_size, timeout, describe)
         pg_timeout = timedelta(seconds=timeout)
