@@ -98,17 +98,21 @@ def test_a_parameter_server_job_with_an_unresolvable_host_fails_at_once(monkeypa
         distrib.experimental.ParameterServerStrategy(communication_options=options)
 
 
-def test_gloo_is_pointed_at_each_jobs_interface_unless_the_user_named_one(monkeypatch):
+def test_gloo_is_pointed_at_each_jobs_interface_unless_the_user_named_one():
     """A loopback job's ``lo`` must not stick: a task started later on another host's address (it
     inherits the environment) was handed ``lo`` and its peers dialled 127.0.0.1 (a shuffled CI run)."""
+    from unittest import mock
+
     from distrib.comm.torch_collective import use_interface_for_gloo
 
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.delenv("DISTRIB_GLOO_SOCKET_IFNAME_CHOSEN", raising=False)
-    use_interface_for_gloo("lo")
-    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
-    use_interface_for_gloo("veth1")
-    assert os.environ["GLOO_SOCKET_IFNAME"] == "veth1"
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")  # the user's choice
-    use_interface_for_gloo("veth2")
-    assert os.environ["GLOO_SOCKET_IFNAME"] == "ib0"
+    with mock.patch.dict(os.environ):  # the whole environment comes back as it was, whatever is set inside
+        os.environ.pop("GLOO_SOCKET_IFNAME", None)
+        os.environ.pop("DISTRIB_GLOO_SOCKET_IFNAME_CHOSEN", None)
+        use_interface_for_gloo("lo")
+        assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+        use_interface_for_gloo("veth1")
+        assert os.environ["GLOO_SOCKET_IFNAME"] == "veth1"
+        os.environ["GLOO_SOCKET_IFNAME"] = "ib0"  # the user's choice
+        use_interface_for_gloo("veth2")
+        assert os.environ["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert os.environ.get("GLOO_SOCKET_IFNAME") != "veth1"
