@@ -17,7 +17,6 @@ Example:
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 import weakref
@@ -26,7 +25,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
-__all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "pooled_bytes"]
+__all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "NUMPY_DTYPES", "pooled_bytes"]
 
 #: Batches smaller than this are stacked into plain torch memory.
 MIN_POOLED_BYTES = 4 * 1024 * 1024
@@ -34,7 +33,8 @@ MIN_POOLED_BYTES = 4 * 1024 * 1024
 FREE_PER_SIZE = 4
 _ALIGN = 64  # bytes, as torch's own CPU allocator aligns
 
-_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+#: The torch dtypes numpy holds, and numpy's type for each (what crosses into numpy memory as is).
+NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
           torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
           torch.uint8: np.uint8, torch.bool: np.bool_, torch.complex64: np.complex64,
           torch.complex128: np.complex128}
@@ -66,10 +66,8 @@ def _give_back(nbytes: int, block: np.ndarray) -> None:
             idle.append(block)
 
 
-def _empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised CPU tensor on a pooled block: back in the pool when the tensor is freed."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = math.prod(shape) * itemsize
+def _empty(shape: Sequence[int], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
+    """An uninitialised CPU tensor of ``nbytes`` on a pooled block: back in the pool when it is freed."""
     with _lock:
         idle = _free.get(nbytes)
         block = idle.pop() if idle else None
@@ -78,7 +76,7 @@ def _empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     offset = (-block.ctypes.data) % _ALIGN
     # The exact array object handed to torch is the one the tensor keeps alive (numpy collapses view
     # chains onto the owner, so an intermediate view would die at once): it carries the finalizer.
-    array = block[offset:offset + nbytes].view(_NUMPY[dtype]).reshape(tuple(shape))
+    array = block[offset:offset + nbytes].view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
     weakref.finalize(array, _give_back, nbytes, block)
     return torch.from_numpy(array)
 
@@ -87,8 +85,8 @@ def stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """``torch.stack(parts)``, into a pooled block when the batch is large, a CPU tensor and numpy-typed."""
     first = parts[0]
     nbytes = len(parts) * first.numel() * first.element_size()
-    if (nbytes < MIN_POOLED_BYTES or first.device.type != "cpu" or first.dtype not in _NUMPY
+    if (nbytes < MIN_POOLED_BYTES or first.device.type != "cpu" or first.dtype not in NUMPY_DTYPES
             or any(p.requires_grad or p.dtype != first.dtype for p in parts)):
         return torch.stack(list(parts))  # small, or a case torch's own promotion and autograd handle
-    out = _empty((len(parts), *first.shape), first.dtype)
+    out = _empty((len(parts), *first.shape), first.dtype, nbytes)
     return torch.stack(list(parts), out=out)

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
-from distrib.process.fork_rules import RUNTIME_VARIABLES, can_fork
+from distrib.process.fork_rules import RUNTIME_VARIABLES, can_fork, read_at_run_time
 from distrib.process.spawn import start_process, start_task
 
 __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "SharedForkServer", "TaskStarter",
@@ -344,8 +344,7 @@ class SharedForkServer:
                     self._servers.remove(server)
                     self._servers.append(server)
                     return server
-            startup = frozenset((k, v) for k, v in env.items()
-                                if k not in RUNTIME_VARIABLES and k not in runtime and not k.startswith("DISTRIB_"))
+            startup = frozenset((k, v) for k, v in env.items() if not read_at_run_time(k, runtime))
             asked = self._asked.pop(startup, 0) + 1
             if asked < start_at:
                 if len(self._asked) >= 256:  # bounded: the oldest are forgotten

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from distrib.process.fork_server import PRELOADED
 
-__all__ = ["RUNTIME_VARIABLES", "INDUCTOR_CACHE_DIR", "can_fork"]
+__all__ = ["RUNTIME_VARIABLES", "INDUCTOR_CACHE_DIR", "can_fork", "read_at_run_time"]
 
 #: Variables a task reads only once it runs (besides ``DISTRIB_*``): they may differ between tasks
 #: that fork from one server. (``OMP_NUM_THREADS`` is not one: OpenMP and OpenBLAS read it when they load.)
@@ -44,6 +44,12 @@ RUNTIME_VARIABLES = frozenset({
 INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
 #: What the default of `INDUCTOR_CACHE_DIR` is made of: the user's name and the temporary directory.
 _CACHE_DEFAULT_INPUTS = ("LOGNAME", "USER", "LNAME", "USERNAME", "TMPDIR", "TEMP", "TMP")
+
+
+def read_at_run_time(key: str, runtime: Iterable[str] = ()) -> bool:
+    """Whether variable ``key`` may differ between a server and a task it forks (read only once the
+    task runs): `RUNTIME_VARIABLES`, ``DISTRIB_*`` and the caller's own ``runtime`` names."""
+    return key in RUNTIME_VARIABLES or key.startswith("DISTRIB_") or key in runtime
 
 
 def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping[str, str], *,
@@ -69,7 +75,7 @@ def can_fork(command: Sequence[str], env: Mapping[str, str], server_env: Mapping
             mine = _inductor_cache_dir(env)
             if key not in runtime and (mine is None or mine != _inductor_cache_dir(server_env)):
                 return False
-        elif key not in RUNTIME_VARIABLES and not key.startswith("DISTRIB_") and key not in runtime:
+        elif not read_at_run_time(key, runtime):
             return False
     tops = {name.partition(".")[0] for name in PRELOADED}
     return not any(os.path.exists(os.path.join(home, name)) or os.path.exists(os.path.join(home, name + ".py"))

@@ -31,7 +31,8 @@ import torch
 
 from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
-from distrib.data.parallel.shared_slots import Slot, SlotLender, write_into
+from distrib.data.batch_buffers import NUMPY_DTYPES
+from distrib.data.parallel.shared_slots import Slot, SlotLender, aligned, write_into
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
 from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
@@ -100,7 +101,7 @@ class _Packed:
 
 def _pack(value: Any) -> Any:
     def one(leaf: Any) -> Any:
-        if type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.dtype in _NUMPY_DTYPES:
+        if type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.dtype in NUMPY_DTYPES:
             return _Packed(leaf.detach().numpy())
         return leaf
     return map_leaves(one, value)
@@ -110,8 +111,6 @@ def _unpack(value: Any) -> Any:
     return map_leaves(lambda leaf: torch.from_numpy(leaf.array) if type(leaf) is _Packed else leaf, value)
 
 
-_NUMPY_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-                 torch.uint8, torch.bool, torch.complex64, torch.complex128}
 
 
 def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals: List[int],
@@ -133,7 +132,7 @@ def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals
 
 def _packed_bytes(value: Any) -> int:
     """The bytes a packed result's tensors take (what a slot for it must hold)."""
-    return sum(-(-leaf.array.nbytes // 64) * 64 for leaf in leaves(value) if type(leaf) is _Packed)
+    return sum(aligned(leaf.array.nbytes) for leaf in leaves(value) if type(leaf) is _Packed)
 
 
 class _Part:

@@ -27,16 +27,20 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from distrib.data.batch_buffers import NUMPY_DTYPES
 from distrib.data.structure import leaves, map_leaves
 
-__all__ = ["SlotLender", "Slot", "write_into", "InSlot"]
+__all__ = ["SlotLender", "Slot", "write_into", "InSlot", "aligned"]
 
 _ALIGN = 64
 _SHM = "/dev/shm"
 _ROUND = 64 * 1024
-_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.int64: "int64",
-           torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
-           torch.bool: "bool", torch.complex64: "complex64", torch.complex128: "complex128"}
+
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the alignment each tensor in a slot starts at."""
+    return -(-nbytes // _ALIGN) * _ALIGN
 
 
 class Slot:
@@ -88,10 +92,10 @@ def write_into(slot: Optional[Slot], value: Any) -> Any:
     parts = leaves(value)
     offset, places = 0, []
     for leaf in parts:
-        if type(leaf) is not torch.Tensor or leaf.device.type != "cpu" or leaf.dtype not in _DTYPES:
+        if type(leaf) is not torch.Tensor or leaf.device.type != "cpu" or leaf.dtype not in NUMPY_DTYPES:
             return None
         places.append(offset)
-        offset += -(-leaf.numel() * leaf.element_size() // _ALIGN) * _ALIGN
+        offset += aligned(leaf.numel() * leaf.element_size())
     buf = _open(slot) if offset <= slot.size else None
     if buf is None:
         return None
@@ -100,9 +104,10 @@ def write_into(slot: Optional[Slot], value: Any) -> Any:
     def write(leaf: Any) -> InSlot:
         at = next(places_iter)
         nbytes = leaf.numel() * leaf.element_size()
-        target = np.frombuffer(buf, np.uint8, nbytes, at).view(_DTYPES[leaf.dtype]).reshape(tuple(leaf.shape))
+        dtype = np.dtype(NUMPY_DTYPES[leaf.dtype])
+        target = np.frombuffer(buf, np.uint8, nbytes, at).view(dtype).reshape(tuple(leaf.shape))
         torch.from_numpy(target).copy_(leaf.detach())
-        return InSlot(at, tuple(leaf.shape), _DTYPES[leaf.dtype])
+        return InSlot(at, tuple(leaf.shape), dtype.name)
     return map_leaves(write, value)
 
 
