@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from distrib.data.blocks import Block
+from distrib.data.seed_mixing import mix_seed
 
 __all__ = ["ALL", "BlockIterator", "IterContext", "mix_seed", "default_seed", "walk", "pull"]
 
@@ -54,12 +54,6 @@ def pull(it: BlockIterator, n: int) -> List[Block]:
         out.append(block)
         have += len(block)
     return out
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed derived from a sequence of non-negative ints."""
-    state = np.random.SeedSequence([int(p) & 0xFFFFFFFFFFFFFFFF for p in parts])
-    return int(state.generate_state(1, np.uint64)[0]) >> 1
 
 
 def default_seed() -> int:

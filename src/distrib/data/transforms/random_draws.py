@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from distrib.data.blocks import RowKeyed
-from distrib.data.stream import mix_seed
+from distrib.data.seed_mixing import mix_seed, mix_seed_after
 from distrib.data.structure import call_unpacked
 
 __all__ = ["ElementKey", "RowKeyedCall", "call_keyed", "drawing", "uniform"]
@@ -122,7 +122,7 @@ def _call_key(op_seed: Optional[int]) -> Tuple[int, int]:
     key = _CURRENT.key
     if key is not None:
         key.calls += 1
-        return mix_seed(key.seed(), *key.lineage, key.index, key.calls, salt), key.first_row
+        return mix_seed_after((key.seed(), *key.lineage), key.index, key.calls, salt), key.first_row
     if op_seed is None:
         return int(torch.randint(0, 1 << 62, ()).item()), 0
     with _EAGER_LOCK:
