@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
 
-__all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "NUMPY_DTYPES", "pooled_bytes"]
+__all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "NUMPY_DTYPES", "pooled_bytes", "lend_rows",
+           "rows_returned"]
 
 #: Batches smaller than this are stacked into plain torch memory.
 MIN_POOLED_BYTES = 4 * 1024 * 1024
@@ -40,6 +41,7 @@ NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.floa
           torch.complex128: np.complex128}
 
 _free: Dict[int, List[np.ndarray]] = {}
+_row_blocks: Set[int] = set()  # addresses of blocks lent as rows (shared_slots' groups)
 _lock = threading.RLock()  # re-entrant: a finalizer may run (cyclic GC) while it is held
 
 
@@ -48,6 +50,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.RLock()
     _free.clear()
+    _row_blocks.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -81,8 +84,45 @@ def _empty(shape: Sequence[int], dtype: torch.dtype, nbytes: int) -> torch.Tenso
     return torch.from_numpy(array)
 
 
+def lend_rows(address: int) -> None:
+    """The block at ``address`` is lent as rows: elements written in place, in order, by distrib."""
+    with _lock:
+        _row_blocks.add(address)
+
+
+def rows_returned(address: int) -> None:
+    """The block at ``address`` is no longer lent as rows."""
+    with _lock:
+        _row_blocks.discard(address)
+
+
+def _rows_in_place(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The batch ``parts`` already form, as a view, where they are consecutive rows of one lent block.
+
+    Only blocks distrib lent as rows qualify (`lend_rows`): their rows are nobody else's, so the
+    batch may share their memory where ``torch.stack`` would copy.
+    """
+    first = parts[0]
+    if type(first) is not torch.Tensor or first.device.type != "cpu" or not first.is_contiguous():
+        return None
+    storage = first.untyped_storage().data_ptr()
+    if storage not in _row_blocks:
+        return None
+    row, base, shape, dtype = first.numel() * first.element_size(), first.data_ptr(), first.shape, first.dtype
+    for k, part in enumerate(parts):
+        if (type(part) is not torch.Tensor or part.data_ptr() != base + k * row or part.shape != shape
+                or part.dtype != dtype or part.requires_grad or not part.is_contiguous()
+                or part.untyped_storage().data_ptr() != storage):
+            return None
+    return first.as_strided((len(parts), *shape), (first.numel(), *first.stride()), first.storage_offset())
+
+
 def stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``torch.stack(parts)``, into a pooled block when the batch is large, a CPU tensor and numpy-typed."""
+    """``torch.stack(parts)``: a view where the rows already lie in order in a lent block, else into a
+    pooled block when the batch is large, a CPU tensor and numpy-typed."""
+    in_place = _rows_in_place(parts) if _row_blocks else None
+    if in_place is not None:
+        return in_place
     first = parts[0]
     nbytes = len(parts) * first.numel() * first.element_size()
     if (nbytes < MIN_POOLED_BYTES or first.device.type != "cpu" or first.dtype not in NUMPY_DTYPES

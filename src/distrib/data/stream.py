@@ -42,6 +42,13 @@ class BlockIterator:
         """A JSON-able snapshot of the position (a fresh dict every call)."""
         raise NotImplementedError
 
+    def batched_by(self, size: int) -> None:
+        """A hint from the consumer: it stacks this stream's elements ``size`` at a time, from the first.
+
+        An iterator that places its results in memory it lends may lay them out as rows of such a
+        batch (worker processes of a parallel ``map`` do); the others ignore it.
+        """
+
 
 def pull(it: BlockIterator, n: int) -> List[Block]:
     """Up to ``n`` elements as a list of blocks (fewer only at the end of the stream)."""

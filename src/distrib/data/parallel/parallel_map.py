@@ -32,7 +32,7 @@ import torch
 from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
 from distrib.data.batch_buffers import NUMPY_DTYPES
-from distrib.data.parallel.shared_slots import Slot, SlotLender, aligned, write_into
+from distrib.data.parallel.shared_slots import Slot, SlotLender, write_into
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
 from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
@@ -123,16 +123,16 @@ def _apply_in_process(elements: List[Any], seed: int, lineage: Lineage, ordinals
             key = ElementKey(_FixedSeed(seed), lineage, ordinal)
             result = to_structure(call_keyed(fn, _unpack(element), key))
             written = write_into(slot, result)
-            out.append((True, written, True) if written is not None else (True, _pack(result), False))
+            out.append((True, _pack(written), True) if written is not None else (True, _pack(result), False))
         except Exception as error:  # noqa: BLE001 - sent back and raised in order, with its traceback as a note
             error.add_note("traceback in the worker process:\n" + traceback.format_exc().rstrip())
             out.append((False, error, False))
     return out
 
 
-def _packed_bytes(value: Any) -> int:
-    """The bytes a packed result's tensors take (what a slot for it must hold)."""
-    return sum(aligned(leaf.array.nbytes) for leaf in leaves(value) if type(leaf) is _Packed)
+def _leaf_bytes(value: Any) -> List[Optional[int]]:
+    """The bytes each leaf of a packed result takes (None: not a tensor): how slots are laid out."""
+    return [leaf.array.nbytes if type(leaf) is _Packed else None for leaf in leaves(value)]
 
 
 class _Part:
@@ -179,6 +179,10 @@ class _ParallelMapIterator(BlockIterator):
         self._failed: Optional[BaseException] = None
         self._flight_error: Optional[_InputError] = None
         self._slots: Optional[SlotLender] = None  # with processes: shared memory for the results
+        self._batch = 1  # the batch size of the consumer, if it batches (rows of the slots' groups)
+
+    def batched_by(self, size: int) -> None:
+        self._batch = int(size)
 
     # ------------------------------------------------------------------ reading
     def _start_pool(self) -> WorkerPool:
@@ -186,7 +190,7 @@ class _ParallelMapIterator(BlockIterator):
         pool.stop_with(self)
         self._pool = pool
         if self._processes:
-            self._slots = SlotLender()
+            self._slots = SlotLender(rows=self._batch)
             weakref.finalize(self, SlotLender.close, self._slots)
         return pool
 
@@ -231,7 +235,7 @@ class _ParallelMapIterator(BlockIterator):
     def _send(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
         """Elements ``chunk`` (ordinal, element) to one worker process as one task."""
         ordinals = [o for o, _ in chunk]
-        slots = [self._slots.lend() for _ in chunk]
+        slots = [self._slots.lend(o) for o in ordinals]
         future = pool.submit(_apply_in_process, [_pack(e) for _, e in chunk], self._seed(), self._lineage, ordinals,
                              slots)
         self._flight.extend((o, _Part(future, j, slot)) for j, (o, slot) in enumerate(zip(ordinals, slots)))
@@ -267,12 +271,12 @@ class _ParallelMapIterator(BlockIterator):
             self._fail(error, ordinal)
             raise
         if in_slot:
-            return self._slots.receive(item.slot, value)
+            return _unpack(self._slots.receive(item.slot, value))
         self._slots.give_back(item.slot)
         if not ok:
             self._fail(value, ordinal)
             raise value
-        self._slots.learn(_packed_bytes(value))
+        self._slots.learn(_leaf_bytes(value))
         return _unpack(value)
 
     def _fail(self, error: BaseException, ordinal: int) -> None:

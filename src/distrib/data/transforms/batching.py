@@ -53,6 +53,7 @@ class _BatchIterator(BlockIterator):
     def __init__(self, size: int, drop: bool, inner: BlockIterator) -> None:
         self._size, self._drop, self._in = size, drop, inner
         self._done = False
+        inner.batched_by(size)
 
     def next_block(self, limit: int) -> Optional[Block]:
         if self._done:

@@ -61,6 +61,9 @@ class _Pass(BlockIterator):
     def state(self) -> dict:
         return {"in": self._in.state()}
 
+    def batched_by(self, size: int) -> None:
+        self._in.batched_by(size)
+
 
 def _inner(node: _Unary, ctx: IterContext, lineage: Lineage, state: Optional[dict]) -> BlockIterator:
     return node._input._iterator(ctx, lineage, state["in"] if state else None)
