@@ -118,7 +118,7 @@ def test_input_pipelines_import_no_strategy_training_launcher_or_test_code():
 # distrib.data's wings, bottom up: a data module imports only from its own wing and those below.
 _DATA_CORE = {f"distrib.data.{m}" for m in ("dataset", "stream", "blocks", "structure", "strings", "ragged",
                                                "options", "iterator", "operator_table", "dataset_ops",
-                                               "generators", "batch_split", "batch_buffers")}
+                                               "generators", "batch_split", "batch_buffers", "seed_mixing")}
 _DATA_WINGS = [_DATA_CORE,
                {"distrib.data.sources", "distrib.data.readers"},
                {"distrib.data.caching"},
