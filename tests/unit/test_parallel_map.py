@@ -192,13 +192,17 @@ def test_a_bad_count_is_refused():
         Dataset.range(3).map(abs, num_parallel_calls=0)
 
 
-def test_an_input_error_comes_after_the_elements_read_before_it():
+@pytest.mark.parametrize("workers", ["threads", "processes"])
+def test_an_input_error_comes_after_the_elements_read_before_it(workers):
     def bad_input(x):
         if int(x) == 10:
             raise Broken("input ten")
         return x
 
-    it = iter(Dataset.range(30).map(bad_input).map(lambda x: x * 2, num_parallel_calls=4))
+    options = Options()
+    options.threading.workers = workers
+    ds = Dataset.range(30).map(bad_input).map(lambda x: x * 2, num_parallel_calls=4).with_options(options)
+    it = iter(ds)
     assert [int(next(it)) for _ in range(10)] == [2 * i for i in range(10)]
     with pytest.raises(Broken, match="input ten"):
         next(it)
@@ -221,3 +225,14 @@ def test_the_interpreter_exits_with_iterators_still_running():
                          env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[1,", "2,", "3,", "4]", "0"]
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_a_few_elements_still_run_on_every_worker_thread(n):
+    meet = threading.Barrier(2, timeout=20)  # two elements must run at once, or this breaks
+
+    def f(x):
+        meet.wait()
+        return x * 3
+
+    assert [int(v) for v in Dataset.range(n).map(f, num_parallel_calls=2)] == [3 * i for i in range(n)]

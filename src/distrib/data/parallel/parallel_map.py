@@ -78,12 +78,19 @@ class _FixedSeed:
         return self.value
 
 
-def _apply(fn: Callable, element: Any, key: ElementKey) -> Any:
-    return to_structure(call_keyed(fn, element, key))
+def _apply_on_thread(fn: Callable, elements: List[Any], keys: List[ElementKey]) -> List[Any]:
+    """On a worker thread, for each element: ``(True, result, False)`` or ``(False, the error, False)``."""
+    out = []
+    for element, key in zip(elements, keys):
+        try:
+            out.append((True, to_structure(call_keyed(fn, element, key)), False))
+        except Exception as error:  # noqa: BLE001 - raised in order by the consumer
+            out.append((False, error, False))
+    return out
 
 
-#: Elements per task sent to a worker process (one pipe round trip for several elements).
-_PROCESS_CHUNK = 8
+#: Elements per task (one hand-off, and for a process one pipe round trip, for several elements).
+_CHUNK = 8
 
 
 class _Packed:
@@ -196,12 +203,14 @@ class _ParallelMapIterator(BlockIterator):
 
     def _fill(self) -> None:
         pool = self._pool or self._start_pool()
-        room = 2 * self._size * (_PROCESS_CHUNK if self._processes else 1) - len(self._flight)
-        if self._processes and self._flight:
-            room -= room % _PROCESS_CHUNK  # whole tasks only while work is in flight: a task per element
-            # would cost a pipe round trip per element
+        room = 2 * self._size * _CHUNK - len(self._flight)
+        if self._flight:
+            room -= room % _CHUNK  # whole tasks only while work is in flight: a task per element
+            # would cost a hand-off (a pipe round trip for a process) per element
+        # several elements per task; one with deterministic=False on threads (each hands out as it ends)
+        task = _CHUNK if self._processes or self._deterministic else 1
         chunk: List[Tuple[int, Any]] = []
-        while room > 0 and not self._ended:
+        while room > 0 and not self._ended and self._flight_error is None:  # nothing read past an input error
             before = self._in.state()
             try:
                 block = self._in.next_block(room)
@@ -216,25 +225,37 @@ class _ParallelMapIterator(BlockIterator):
                 self._next += 1
                 if ordinal < self._low or ordinal in self._handed:
                     continue  # handed out before the state this iterator was restored from
-                key = ElementKey(self._seed, self._lineage, ordinal)
                 if type(element) is LazyBatch:
+                    self._spread(pool, chunk)  # what was read before it goes first
+                    key = ElementKey(self._seed, self._lineage, ordinal)
                     self._flight.append((ordinal, element.with_map(RowKeyedCall(self._fn, key))))
-                elif self._processes:
-                    chunk.append((ordinal, element))
-                    if len(chunk) == _PROCESS_CHUNK:
-                        self._send(pool, chunk)
                 else:
-                    self._flight.append((ordinal, pool.submit(_apply, self._fn, element, key)))
+                    chunk.append((ordinal, element))
+                    if len(chunk) == task:
+                        self._send(pool, chunk)
                 room -= 1
-        if chunk:
-            self._send(pool, chunk)
+        self._spread(pool, chunk)
         if self._flight_error is not None:
             self._flight.append((self._next, self._flight_error))
             self._flight_error, self._ended = None, True
 
+    def _spread(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
+        """A short last chunk as up to one task per worker (four elements keep two workers busy)."""
+        tasks = min(self._size, len(chunk))
+        for k in range(tasks):
+            part = chunk[k * len(chunk) // tasks:(k + 1) * len(chunk) // tasks]
+            self._send(pool, part)
+        chunk.clear()
+
     def _send(self, pool: WorkerPool, chunk: List[Tuple[int, Any]]) -> None:
-        """Elements ``chunk`` (ordinal, element) to one worker process as one task."""
+        """Elements ``chunk`` (ordinal, element) to one worker as one task."""
         ordinals = [o for o, _ in chunk]
+        if not self._processes:
+            keys = [ElementKey(self._seed, self._lineage, o) for o in ordinals]
+            future = pool.submit(_apply_on_thread, self._fn, [e for _, e in chunk], keys)
+            self._flight.extend((o, _Part(future, j, None)) for j, o in enumerate(ordinals))
+            chunk.clear()
+            return
         slots = [self._slots.lend(o) for o in ordinals]
         future = pool.submit(_apply_in_process, [_pack(e) for _, e in chunk], self._seed(), self._lineage, ordinals,
                              slots)
@@ -272,6 +293,11 @@ class _ParallelMapIterator(BlockIterator):
             raise
         if in_slot:
             return _unpack(self._slots.receive(item.slot, value))
+        if self._slots is None:  # a worker thread's result, as it is
+            if not ok:
+                self._fail(value, ordinal)
+                raise value
+            return value
         self._slots.give_back(item.slot)
         if not ok:
             self._fail(value, ordinal)
