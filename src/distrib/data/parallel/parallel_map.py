@@ -2,8 +2,8 @@
 
 Elements are read from the input on the calling thread, numbered (their
 *ordinal*, the serial map's element count: it keys their random draws, so
-the result does not depend on N) and handed to the pool; up to ``2 N`` are in
-flight. Results come out in input order, or as they finish with
+the result does not depend on N) and handed to the pool 8 to a task; up to
+``16 N`` are in flight. Results come out in input order, or as they finish with
 ``deterministic=False``. A lazy batch (a map after ``batch``) is not run on a
 worker: the map is deferred onto it as in the serial map, so a replica still
 applies it to its own rows.
