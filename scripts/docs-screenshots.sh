@@ -7,7 +7,7 @@
 #             distribution package is at hand, the npm package @sparticuz/chromium bundles a
 #             headless Chromium for x86-64 Linux; outside this repository:
 #               mkdir /tmp/chrome && cd /tmp/chrome && npm init -y && npm install @sparticuz/chromium
-#               node -e "require('@sparticuz/chromium').default.executablePath().then(console.log)"
+#               node -e "require('@sparticuz/chromium').executablePath().then(console.log)"
 #             prints the path it unpacked the browser to (/tmp/chromium): CHROMIUM=/tmp/chromium.
 #   MKDOCS, PYTHON  the mkdocs command and the Python to use (default: scripts/env.sh's .venv).
 set -euo pipefail
