@@ -4,7 +4,7 @@ Run alone:               python examples/mnist_ctl.py
 Run on 2 workers:        distrib launch --workers 2 examples/mnist_ctl.py
 
 Checkpoints go to ``$MNIST_CKPT_DIR`` (default: ``<tmp>/distrib_mnist_ctl/ckpt``);
-run it again and it resumes from the last epoch, as the seed does. The seed's
+run it again and it resumes from the last epoch, as the tutorial does. The tutorial's
 ``_is_chief``/``write_filepath`` helpers are gone: every worker calls
 ``checkpoint_manager.save()``, only the chief's files land in the directory.
 """
@@ -89,7 +89,7 @@ while epoch.numpy() < num_epochs:
   train_accuracy.reset_states()
   epoch.assign_add(1)
   step_in_epoch.assign(0)
-  # Every worker saves; only the chief's files land in checkpoint_dir. (The seed saves
+  # Every worker saves; only the chief's files land in checkpoint_dir. (The tutorial saves
   # before advancing the counters, so a restore re-enters a finished epoch with zero
   # steps and divides by zero; saving after them resumes at the next epoch.)
   checkpoint_manager.save()

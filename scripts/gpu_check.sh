@@ -5,7 +5,7 @@
 #
 # 1. cuda:  the tests marked `cuda`, with the GPU visible (DISTRIB_TEST_GPU=1);
 # 2. speed: bench/bench_gpu_fit.py: fit (host Dataset, device Dataset, jit_compile, bf16) against
-#           the plain loop over GPU-resident data, on the seeds' CNN and on ResNet-18;
+#           the plain loop over GPU-resident data, on the TF tutorials' MNIST CNN and on ResNet-18;
 # 3. unit:  the unit tests as CI runs them (the suite hides the GPU: tests/conftest.py);
 # 4. bench: the single-GPU systems of bench/run.py (plain loop vs distrib fit), printed only;
 # 5. dist:  the default multi-process suite as CI runs it (GPU_CHECK_DIST_TESTS: a subset).

@@ -1,6 +1,6 @@
 """``distrib.train``: the ``tf.train`` checkpoint API on PyTorch objects.
 
-Example (seed 000's custom loop, with no hand-written chief logic):
+Example (TensorFlow's multi-worker custom-loop tutorial, with no hand-written chief logic):
     >>> epoch = distrib.train.Variable(0, name="epoch")
     >>> step_in_epoch = distrib.train.Variable(0, name="step_in_epoch")
     >>> checkpoint = distrib.train.Checkpoint(model=model, optimizer=optimizer,

@@ -7,7 +7,7 @@ checkpoints ``keep_checkpoint_every_n_hours`` preserved. Multi-worker: creating 
 worker gets its view. Each resolves the role once at its entry and hands it to the `Checkpoint`
 as ``role=`` (the call sequences and the directory: docs/checkpoints.md).
 
-Example (the seeds' custom loop, without any chief logic):
+Example (TensorFlow's multi-worker custom-loop tutorial, without any chief logic):
     >>> epoch = distrib.train.Variable(0)
     >>> ckpt = distrib.train.Checkpoint(model=model, epoch=epoch)
     >>> manager = distrib.train.CheckpointManager(ckpt, "/ckpts", max_to_keep=1)

@@ -1,7 +1,7 @@
 """Which strategy a checkpoint operation belongs to, even outside ``strategy.scope()``.
 
-The seeds create ``Checkpoint``/``CheckpointManager`` and call ``save()``
-outside any scope, yet under a multi-worker job the save must still know who
+TensorFlow's multi-worker tutorials create ``Checkpoint``/``CheckpointManager`` and call
+``save()`` outside any scope, yet under a multi-worker job the save must still know who
 the chief is. The lookup order is:
 
 1. the innermost open ``strategy.scope()``;

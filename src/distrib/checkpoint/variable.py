@@ -1,7 +1,8 @@
 """`Variable`: a mutable tensor value a `Checkpoint` can save and restore in place.
 
 Python ints cannot be restored in place, so loop counters that must survive a
-restart live in a `Variable` (the seeds' ``tf.Variable(0, dtype=tf.int64)``).
+restart live in a `Variable` (the ``tf.Variable(0, dtype=tf.int64)`` of
+TensorFlow's multi-worker custom-loop tutorial).
 
 Example:
     >>> epoch = Variable(0, name="epoch")          # int64 scalar

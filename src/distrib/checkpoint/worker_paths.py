@@ -2,7 +2,8 @@
 
 Under a multi-worker strategy every worker runs the same save code (saving
 may involve collectives), but only the chief's files may land at the target.
-This replaces the seeds' hand-written ``write_filepath``/``_get_temp_dir``.
+This replaces the hand-written ``write_filepath``/``_get_temp_dir`` of
+TensorFlow's multi-worker tutorials.
 
 Example:
     >>> with worker_write_path("/ckpts/ckpt-3") as p:   # the chief: "/ckpts/ckpt-3"
@@ -41,7 +42,7 @@ def write_path_for(path: str, strategy: "Union[Strategy, CheckpointRole, None]" 
     The chief writes to ``path`` itself. Any other worker gets a fresh private
     local temporary directory (``.../distrib-workertemp-<task_id>-XXXX/<basename>``)
     that it must remove after the save with `remove_write_path`. This replaces
-    the seeds' hand-written ``write_filepath``.
+    the hand-written ``write_filepath`` of TensorFlow's multi-worker tutorials.
 
     Example:
         >>> p = write_path_for("/ckpts/ckpt-3")      # "/ckpts/ckpt-3" on the chief

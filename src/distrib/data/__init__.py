@@ -1,6 +1,6 @@
 """distrib.data: tf.data's input pipeline on torch tensors, and its distribution.
 
-Example (seed 001's pipeline, ported line for line):
+Example (the pipeline of TensorFlow's multi-worker Keras tutorial, ported line for line):
     >>> from distrib.data import Dataset
     >>> dataset = Dataset.from_tensor_slices((x_train, y_train)).shuffle(60000).repeat().batch(128)
     >>> dist = strategy.experimental_distribute_dataset(dataset)   # each replica: 128 / N examples

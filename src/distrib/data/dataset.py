@@ -1,6 +1,6 @@
 """`Dataset`: tf.data's chainable input pipeline, yielding torch tensors.
 
-The seeds' pipeline ports line for line::
+The pipeline of TensorFlow's multi-worker Keras tutorial ports line for line::
 
     dataset = Dataset.from_tensor_slices((x_train, y_train)).shuffle(60000).repeat().batch(128)
 

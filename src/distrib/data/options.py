@@ -1,6 +1,6 @@
 """`Options` for a dataset, with tf.data's distribute options and constants.
 
-Example (seed 001, ported line for line):
+Example (TensorFlow's multi-worker Keras tutorial, ported line for line):
     >>> options = Options()
     >>> options.experimental_distribute.auto_shard_policy = AutoShardPolicy.OFF
     >>> options.distribute.auto_shard_policy
@@ -107,7 +107,7 @@ class ThreadingOptions(_Strict):
 class Options(_Strict):
     """Options of a dataset, attached with `Dataset.with_options`.
 
-    ``experimental_distribute`` is ``distribute`` (the seeds' spelling),
+    ``experimental_distribute`` is ``distribute`` (the TF tutorials' spelling),
     ``experimental_deterministic`` is ``deterministic`` (the default of
     ``map``/``interleave``'s ``deterministic=None``: True unless set) and
     ``experimental_threading`` is ``threading``. Options set later in a

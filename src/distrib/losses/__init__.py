@@ -4,7 +4,7 @@ Loss objects are called Keras-style, ``loss(y_true, y_pred, sample_weight=None)`
 and also offer ``per_example(y_true, y_pred)``, one loss per example, which
 `distrib.Model` divides by the global batch size itself.
 
-Example (the seeds' custom training loop):
+Example (TensorFlow's multi-worker custom-loop tutorial):
     >>> loss_object = distrib.losses.SparseCategoricalCrossentropy(
     ...     from_logits=True, reduction=distrib.losses.Reduction.NONE)
     >>> per_example_loss = loss_object(y, predictions)          # shape [batch]

@@ -6,7 +6,7 @@ so every worker must call it the same number of times. `local_result()` is
 the communication-free per-replica value; `global_results(metrics)`
 aggregates several metrics in one collective.
 
-Example (the seeds' custom loop):
+Example (TensorFlow's multi-worker custom-loop tutorial):
     >>> with strategy.scope():
     ...     train_accuracy = distrib.metrics.SparseCategoricalAccuracy(name="train_accuracy")
     >>> train_accuracy.update_state(y, predictions)          # inside strategy.run

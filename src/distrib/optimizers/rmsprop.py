@@ -16,7 +16,7 @@ Adagrad (Keras): ``acc += g**2; w -= lr * g / sqrt(acc + eps)``, ``acc``
 starting at ``initial_accumulator_value``.
 
 Example:
-    >>> RMSprop(learning_rate=0.001)._torch_kwargs()   # the seeds' custom-loop optimizer
+    >>> RMSprop(learning_rate=0.001)._torch_kwargs()   # as in TF's multi-worker custom-loop tutorial
     {'rho': 0.9, 'momentum': 0.0, 'epsilon': 1e-07, 'centered': False}
 """
 from __future__ import annotations

@@ -40,7 +40,8 @@ def job_strategy() -> Optional["Strategy"]:
     """The multi-replica strategy this process joined, in or out of its scope; else None.
 
     Checkpoint saving uses it so that objects created and saved outside any
-    scope (as seed 000 does) still follow the chief-writes rule.
+    scope (as TensorFlow's multi-worker custom-loop tutorial does) still follow
+    the chief-writes rule.
     """
     return _job_strategy() if _job_strategy is not None else None
 

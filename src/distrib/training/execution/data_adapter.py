@@ -3,7 +3,7 @@
 Inputs:
 
 * a `distrib.data.Dataset` already batched with the GLOBAL batch size (as in
-  the seeds), or a distributed dataset made from one;
+  TF's multi-worker Keras tutorial), or a distributed dataset made from one;
 * a torch ``DataLoader`` (its batches are global batches) or map-style
   ``Dataset`` (batched by ``batch_size``);
 * arrays or tensors ``x`` (and ``y``, ``sample_weight``): like Keras, they

@@ -115,7 +115,7 @@ class EpochIterators:
       number of batches, every epoch iterates the data once from a fresh iterator
       (arrays are reshuffled per epoch, seeded identically on every worker);
     * otherwise one iterator runs across epochs (``dataset.repeat()`` and
-      ``steps_per_epoch=70`` as in the seeds);
+      ``steps_per_epoch=70`` as in TensorFlow's multi-worker Keras tutorial);
     * where a pass's batches are known (arrays, a finite dataset), Keras 3's
       epoch iterator: an epoch also ends where the pass does (fit warns when
       that cuts it short of ``steps_per_epoch``) and the next epoch starts a

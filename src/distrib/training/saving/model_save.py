@@ -30,10 +30,10 @@ How the architecture is recovered (weights alone cannot rebuild a ``torch.nn.Mod
 Nothing is unpickled, and only ``torch.nn.Module`` subclasses (or builders the
 loading program registered or passed) are ever constructed from a file's names.
 
-Multi-worker: every worker calls ``save`` (as in the seeds); the chief writes
-``path``, the other workers write the same bytes to private temporary
-directories that are removed before ``save`` returns, and all workers leave
-``save`` together, so ``path`` is complete on every worker afterwards.
+Multi-worker: every worker calls ``save`` (as in TensorFlow's multi-worker Keras
+tutorial); the chief writes ``path``, the other workers write the same bytes to
+private temporary directories that are removed before ``save`` returns, and all
+workers leave ``save`` together, so ``path`` is complete on every worker afterwards.
 
 Example:
     >>> model.save("/tmp/keras-model")
@@ -138,7 +138,8 @@ def save_model(model: Any, filepath: Union[str, Any], overwrite: bool = True, in
     strategy = model.distribute_strategy
     role = resolve_role(strategy, "model.save")  # the one lookup; passed down
     if filepath.endswith(".keras") and keras_io.is_keras_model(model.module):
-        # A torch module saved to a ".keras" path (the seeds' spelling) gets distrib's directory format.
+        # A torch module saved to a ".keras" path (the format TF's Keras tutorial recommends) gets
+        # distrib's directory format.
         if not overwrite:
             check_overwrite(filepath, role, "model.save")
         keras_io.save_keras_file(model.module, filepath, strategy)

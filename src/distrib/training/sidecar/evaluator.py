@@ -82,7 +82,7 @@ class SidecarEvaluator:
         checkpoint_prefix: the checkpoints' name prefix (``ckpt`` for
             `CheckpointManager`; None accepts any ``<prefix>-<N>``).
         model_key: the name the model is tracked under in the training
-            `Checkpoint` (the seeds use ``model=``).
+            `Checkpoint` (TensorFlow's multi-worker tutorials use ``model=``).
         poll_interval: seconds between directory listings.
         timeout: stop when no new checkpoint appeared for this many seconds.
     """
