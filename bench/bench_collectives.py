@@ -13,10 +13,10 @@ snapshot. A step's traffic is then split into
 and reported per step (median over the steady-state steps, and the mean
 over all steps of the run, so work done every k steps shows up too).
 
-Systems: ``ddp`` (a plain DDP loop), ``distrib_ctl`` (the seeds' custom loop:
+Systems: ``ddp`` (a plain DDP loop), ``distrib_ctl`` (the TF custom-loop tutorial's loop:
 ``strategy.run`` + ``strategy.reduce`` every step), ``distrib_fit``
 (``Model.fit`` with metrics, the progress bar and ``BackupAndRestore``, as
-the seeds' Keras program).
+TF's multi-worker Keras tutorial).
 
 Usage:
     python bench/bench_collectives.py                 # 2 and 8 workers, every system
@@ -175,7 +175,7 @@ def run_distrib_ctl(counter: Counter) -> None:
     for epoch in range(EPOCHS):
         total = 0.0
         for step in range(STEPS):
-            # the seeds' loop: run the step, reduce its loss (a collective the program asks for)
+            # the TF custom-loop tutorial's loop: run the step, reduce its loss (a collective the program asks for)
             total += strategy.reduce(distrib.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)),
                                      axis=None).item()
             counter.snapshot()

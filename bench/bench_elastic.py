@@ -3,7 +3,7 @@
 One invocation measures both, interleaved round after round (machines here are noisy):
 
 * **no fault**: the same job (`elastic_job.py`: `fit` with `BackupAndRestore`) with
-  and without ``--elastic``, on the seeds' CNN (2.8M parameters, 64 images per
+  and without ``--elastic``, on the TF tutorials' MNIST CNN (2.8M parameters, 64 images per
   worker and step; 200 steps) and on a tiny model (Linear 32->64->10, global
   batch 32, a step that is almost all framework overhead; 2000 steps). A run's
   figure is the chief's mean step time (wall clock) over its second half of

@@ -13,7 +13,7 @@ same round):
 * ``loop_bf16`` / ``fit_host_bf16``: bf16 autocast in the loop against
   ``mixed_bfloat16`` in ``fit``.
 
-Models: ``cnn`` (the seeds' MNIST CNN, RMSprop, batch 128) and ``resnet18``
+Models: ``cnn`` (the TF tutorials' MNIST CNN, RMSprop, batch 128) and ``resnet18``
 (3x32x32 inputs, SGD with momentum, batch 256). TF32 is on for every system.
 The loop uses torch's optimizer (its CUDA default: multi-tensor kernels);
 ``fit`` uses distrib's Keras-rule optimizer of the same name (multi-tensor

@@ -1,4 +1,4 @@
-"""Input-pipeline throughput: the seeds' MNIST-shaped pipeline against plain PyTorch.
+"""Input-pipeline throughput: the TF tutorials' MNIST-shaped pipeline against plain PyTorch.
 
 Run: ``python bench/bench_input_pipeline.py`` (``--help`` for options).
 

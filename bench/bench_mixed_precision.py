@@ -1,7 +1,7 @@
-"""bf16 vs fp32 training curves of the seeds' CNN under `distrib.Model.fit` (CPU, one process).
+"""bf16 vs fp32 training curves of the TF tutorials' MNIST CNN under `distrib.Model.fit` (CPU, one process).
 
-Trains the seeds' Keras CNN (examples/mnist.py) on the offline MNIST data
-with the seed's optimizer (RMSprop, lr 1e-3) once under the ``float32`` policy
+Trains the TF tutorials' Keras CNN (examples/mnist.py) on the offline MNIST data
+with the custom-loop tutorial's optimizer (RMSprop, lr 1e-3) once under the ``float32`` policy
 and once under ``mixed_bfloat16``, from the same initial weights and batches,
 and records the running training loss after every step, the test loss and
 accuracy after each epoch, and the steady step time (same-run ratio). Writes
@@ -76,7 +76,7 @@ def main(argv=None):
         ax.plot(range(1, len(log.losses) + 1), log.losses, label=policy)
     ax.set_xlabel("step")
     ax.set_ylabel("running training loss (epoch mean so far)")
-    ax.set_title(f"seeds' CNN, RMSprop 1e-3, batch {BATCH}: float32 vs mixed_bfloat16 (CPU)")
+    ax.set_title(f"TF tutorials' MNIST CNN, RMSprop 1e-3, batch {BATCH}: float32 vs mixed_bfloat16 (CPU)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "mixed_precision.png"), dpi=100)

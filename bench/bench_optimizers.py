@@ -1,6 +1,6 @@
 """Per-step cost of distrib's Keras optimizers vs torch's own, as same-run ratios.
 
-For each optimizer and two parameter sets — (a) the seeds' CNN
+For each optimizer and two parameter sets — (a) the TF tutorials' MNIST CNN
 (`bench/workloads.py` ``cnn``, 4 tensors, 2.77M parameters) and (b) 200
 small tensors (64 floats each) — a worker process times blocks of ``step()``
 calls of the distrib optimizer, of torch's counterpart with ``foreach=True``

@@ -16,7 +16,7 @@ round*:
 
 * ``torch_loop``: the plain loop (``torch.optim.Adam``, ``F.cross_entropy``,
   indexing a shuffled permutation) — the baseline;
-* ``distrib_ctl``: the seeds' custom-loop step (``compute_average_loss`` of
+* ``distrib_ctl``: the TF custom-loop tutorial's step (``compute_average_loss`` of
   unreduced losses) under ``strategy.run`` over ``experimental_distribute_dataset``
   (default strategy); ``distrib_ctl_same_step``: the plain loop's own step
   under ``strategy.run`` (what the loop machinery alone costs);

@@ -2,7 +2,7 @@
 
 Arguments: OUT_DIR MODEL STEPS KILL_STEP VICTIM SAVE_FREQ.
 
-* MODEL: ``cnn`` (the seeds' CNN, 2.8M parameters, 64 images per worker and step)
+* MODEL: ``cnn`` (the TF tutorials' MNIST CNN, 2.8M parameters, 64 images per worker and step)
   or ``tiny`` (Linear 32->64->10, a global batch of 32: a step that is almost all
   framework overhead);
 * STEPS: training steps (one epoch);
@@ -37,7 +37,7 @@ armed = (task == victim and os.environ.get("DISTRIB_ELASTIC_JOIN") != "1"
 rs = np.random.RandomState(0)
 with strategy.scope():
     torch.manual_seed(0)
-    if model_name == "cnn":  # the seeds' CNN (bench/workloads.py), on synthetic MNIST-shaped images
+    if model_name == "cnn":  # the TF tutorials' MNIST CNN (bench/workloads.py), on synthetic MNIST-shaped images
         module = torch.nn.Sequential(
             torch.nn.Unflatten(1, (1, 28)), torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.Flatten(),
             torch.nn.Linear(26 * 26 * 32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))

@@ -33,7 +33,7 @@ def _versions() -> str:
 
 
 def write_report(summary: Dict, args, here: Path, write: bool = True, failures=()) -> str:
-    lines = [START, "## Training throughput: the seeds' job", "",
+    lines = [START, "## Training throughput: the TF tutorials' MNIST job", "",
              f"Machine: {_versions()}.  ",
              f"Command: `python bench/run.py --reps {args.reps}{' --tf' if args.tf else ''}"
              f"{' --only ' + args.only if args.only else ''}` (medians of {args.reps} interleaved runs; "
@@ -110,7 +110,7 @@ def _chart(summary: Dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.barh(names, med, xerr=[lo, hi], color=colors, capsize=3)
     ax.set_xlabel("steady-state examples/s (median, min–max)")
-    ax.set_title("Seeds' MNIST CNN job on this machine (higher is better)")
+    ax.set_title("TF tutorials' MNIST CNN job on this machine (higher is better)")
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,4 +1,4 @@
-"""Benchmark distrib against plain PyTorch, DDP and (optionally) TensorFlow on the seeds' job.
+"""Benchmark distrib against plain PyTorch, DDP and (optionally) TensorFlow on the TF tutorials' MNIST job.
 
     python bench/run.py                 # 5 interleaved repetitions of every system
     python bench/run.py --reps 3 --tf   # also TensorFlow MWMS (installs it into bench/.tf-venv)

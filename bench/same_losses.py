@@ -4,7 +4,7 @@
     python bench/same_losses.py --src A --src B --only distrib_1p_fit,distrib_mwms_fit
 
 For a restructuring that must not change behaviour: every distrib system of
-`bench/run.py` trains the seeds' job (same seeds, same data order) once with
+`bench/run.py` trains the TF tutorials' MNIST job (same seeds, same data order) once with
 each tree first on ``PYTHONPATH``, and the loss recorded at every logged step
 must be bit-identical between the trees. Prints one line per system and exits
 1 if any curve differs (naming the first step that does).

@@ -1,8 +1,8 @@
 """TensorFlow as a benchmark peer, in its own virtual environment (never a distrib dependency).
 
 `ensure_tf_venv()` creates ``bench/.tf-venv`` with ``tensorflow-cpu==2.21.0``
-and the legacy Keras the seeds' tutorial was written for (``tf_keras``; Keras
-3 crashes in the seeds' multi-worker ``fit``, keras#20585), and returns its
+and the legacy Keras TF's multi-worker tutorials were written for (``tf_keras``; Keras
+3 crashes in their multi-worker ``fit``, keras#20585), and returns its
 python.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seeds' Keras multi-worker job on TensorFlow (legacy tf.keras), for `bench/run.py --tf`.
+"""The TF tutorials' Keras multi-worker job on TensorFlow (legacy tf.keras), for `bench/run.py --tf`.
 
 Same job and report format as `workloads.py`: the tutorial CNN (no L2 terms,
 like the other systems), RMSprop(0.001), 3 epochs × 70 steps, per-worker batch

@@ -1,4 +1,4 @@
-"""The seeds' job, as each benchmarked system runs it. Run by `bench/run.py`, one process per task.
+"""The TF tutorials' MNIST job, as each benchmarked system runs it. Run by `bench/run.py`, one process per task.
 
 Every workload trains the tutorial CNN (2,770,634 parameters) with RMSprop on
 synthetic MNIST-shaped data whose labels are a fixed function of the pixels
