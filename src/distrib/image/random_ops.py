@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from distrib.data.transforms.random_draws import uniform
+from distrib.data.transforms.random_draws import uniform, uniform_values
 from distrib.image.color import adjust_brightness, adjust_contrast
 from distrib.image.geometry import as_image
 
@@ -36,7 +36,7 @@ __all__ = ["random_flip_left_right", "random_flip_up_down", "random_crop", "rand
 def _random_flip(image: Any, seed: Optional[int], axis: int, who: str) -> torch.Tensor:
     t = as_image(image, who)
     if t.dim() == 3:
-        return torch.flip(t, dims=[axis]) if uniform(seed, 1)[0] < 0.5 else t
+        return torch.flip(t, dims=[axis]) if uniform_values(seed, 1)[0] < 0.5 else t
     flips = torch.from_numpy(uniform(seed, 1, rows=t.shape[0])[:, 0] < 0.5).to(t.device)
     return torch.where(flips.reshape(-1, 1, 1, 1), torch.flip(t, dims=[axis]), t)
 
@@ -58,16 +58,20 @@ def random_crop(value: Any, size: Sequence[int], seed: Optional[int] = None) -> 
     if len(size) != t.dim() or any(s < 0 or s > d for s, d in zip(size, t.shape)):
         raise ValueError(f"random_crop(size={size}): need one size per dimension of the value's shape "
                          f"{tuple(t.shape)}, each at most that dimension")
-    draws = uniform(seed, t.dim())
+    draws = uniform_values(seed, t.dim()) if t.dim() <= 8 else uniform(seed, t.dim()).tolist()
     offsets = [int(u * (d - s + 1)) for u, d, s in zip(draws, t.shape, size)]
-    return t[tuple(slice(o, o + s) for o, s in zip(offsets, size))]
+    if t.layout != torch.strided:
+        return t[tuple(slice(o, o + s) for o, s in zip(offsets, size))]
+    # one view op (indexing by slices costs a dispatch per dimension, with the GIL held)
+    start = t.storage_offset() + sum(o * st for o, st in zip(offsets, t.stride()))
+    return t.as_strided(size, t.stride(), start)
 
 
 def random_brightness(image: Any, max_delta: float, seed: Optional[int] = None) -> torch.Tensor:
     """`adjust_brightness` by a delta drawn uniformly from ``[-max_delta, max_delta)``."""
     if max_delta < 0:
         raise ValueError(f"random_brightness(max_delta={max_delta}): max_delta must be >= 0")
-    delta = -max_delta + 2 * max_delta * float(uniform(seed, 1)[0])
+    delta = -max_delta + 2 * max_delta * uniform_values(seed, 1)[0]
     return adjust_brightness(image, delta)
 
 
@@ -75,5 +79,5 @@ def random_contrast(image: Any, lower: float, upper: float, seed: Optional[int] 
     """`adjust_contrast` by a factor drawn uniformly from ``[lower, upper)``."""
     if upper <= lower or lower < 0:
         raise ValueError(f"random_contrast(lower={lower}, upper={upper}): need 0 <= lower < upper")
-    factor = lower + (upper - lower) * float(uniform(seed, 1)[0])
+    factor = lower + (upper - lower) * uniform_values(seed, 1)[0]
     return adjust_contrast(image, factor)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from distrib.data.blocks import RowKeyed
 from distrib.data.seed_mixing import mix_seed, mix_seed_after
 from distrib.data.structure import call_unpacked
 
-__all__ = ["ElementKey", "RowKeyedCall", "call_keyed", "drawing", "uniform"]
+__all__ = ["ElementKey", "RowKeyedCall", "call_keyed", "drawing", "uniform", "uniform_values"]
 
 _M64 = (1 << 64) - 1
 
@@ -122,7 +122,8 @@ def _call_key(op_seed: Optional[int]) -> Tuple[int, int]:
     key = _CURRENT.key
     if key is not None:
         key.calls += 1
-        return mix_seed_after((key.seed(), *key.lineage), key.index, key.calls, salt), key.first_row
+        # the element's pool is kept: its second op's draw resumes it (the same seed as mixing all)
+        return mix_seed_after((key.seed(), *key.lineage, key.index), key.calls, salt), key.first_row
     if op_seed is None:
         return int(torch.randint(0, 1 << 62, ()).item()), 0
     with _EAGER_LOCK:
@@ -133,6 +134,13 @@ def _call_key(op_seed: Optional[int]) -> Tuple[int, int]:
 
 _SCALAR_COUNT = 8
 _UNIT = 1.0 / (1 << 53)
+
+
+def uniform_values(op_seed: Optional[int], count: int) -> List[float]:
+    """``uniform(op_seed, count)`` as Python floats (one image's few draws; the same numbers)."""
+    key, first_row = _call_key(op_seed)
+    base = (key * 0x2545F4914F6CDD1D + (first_row & _M64) * count) & _M64
+    return [(_splitmix64_int((base + j) & _M64) >> 11) * _UNIT for j in range(count)]
 
 
 def _splitmix64_int(x: int) -> int:
@@ -157,10 +165,9 @@ def uniform(op_seed: Optional[int], count: int, rows: Optional[int] = None) -> n
     Each call of a random op calls this once; see the module docstring for
     what the numbers depend on.
     """
-    key, first_row = _call_key(op_seed)
     if rows is None and count <= _SCALAR_COUNT:  # one image's few draws: Python ints beat numpy's set-up
-        base = (key * 0x2545F4914F6CDD1D + (first_row & _M64) * count) & _M64
-        return np.array([(_splitmix64_int((base + j) & _M64) >> 11) * _UNIT for j in range(count)])
+        return np.array(uniform_values(op_seed, count))
+    key, first_row = _call_key(op_seed)
     n = 1 if rows is None else int(rows)
     index = (np.arange(n, dtype=np.uint64)[:, None] + np.uint64(first_row)) * np.uint64(count) \
         + np.arange(count, dtype=np.uint64)[None, :]
