@@ -32,8 +32,8 @@ _CHANNELS = {"1": 1, "L": 1, "LA": 2, "La": 2, "RGB": 3, "RGBA": 4, "RGBa": 4, "
 
 def read_file(filename: str) -> bytes:
     """The bytes of a file (``tf.io.read_file``)."""
-    with open(os.fspath(filename), "rb") as handle:
-        return handle.read()
+    with open(os.fspath(filename), "rb", buffering=0) as handle:  # unbuffered: one read to the end
+        return handle.readall()
 
 
 def write_file(filename: str, contents: bytes) -> None:
