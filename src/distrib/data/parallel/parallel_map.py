@@ -152,9 +152,7 @@ class _Part:
 
 
 def _future_of(item: Any) -> Optional["Future[Any]"]:
-    if type(item) is _Part:
-        return item.future
-    return item if isinstance(item, Future) else None
+    return item.future if type(item) is _Part else None
 
 
 class _InputError:
@@ -285,23 +283,19 @@ class _ParallelMapIterator(BlockIterator):
         if future is None:
             return item
         try:
-            if type(item) is not _Part:
-                return future.result()
             ok, value, in_slot = future.result()[item.index]
         except BaseException as error:  # noqa: BLE001 - the user's exception, re-raised with a note
             self._fail(error, ordinal)
             raise
         if in_slot:
             return _unpack(self._slots.receive(item.slot, value))
-        if self._slots is None:  # a worker thread's result, as it is
-            if not ok:
-                self._fail(value, ordinal)
-                raise value
-            return value
-        self._slots.give_back(item.slot)
+        if self._slots is not None:
+            self._slots.give_back(item.slot)
         if not ok:
             self._fail(value, ordinal)
             raise value
+        if self._slots is None:
+            return value  # a worker thread's result, as it is
         self._slots.learn(_leaf_bytes(value))
         return _unpack(value)
 
