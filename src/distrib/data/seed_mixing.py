@@ -87,28 +87,17 @@ _AFTER_POOL = _POOL + _POOL * (_POOL - 1)  # hashmix calls made when the pool is
 
 def _mix_in(pool: List[int], call: int, words: List[int]) -> List[int]:
     """The pool with each later word mixed into every entry (``call``: hashmix calls made before)."""
-    p0, p1, p2, p3 = pool
+    pool = list(pool)
     _grow(call + 4 * len(words))
     hash_a = _HASH_A
     for word in words:
-        h = ((word ^ hash_a[call]) * hash_a[call + 1]) & _M32
-        h ^= h >> 16
-        p0 = (_MIX_L * p0 - _MIX_R * h) & _M32
-        p0 ^= p0 >> 16
-        h = ((word ^ hash_a[call + 1]) * hash_a[call + 2]) & _M32
-        h ^= h >> 16
-        p1 = (_MIX_L * p1 - _MIX_R * h) & _M32
-        p1 ^= p1 >> 16
-        h = ((word ^ hash_a[call + 2]) * hash_a[call + 3]) & _M32
-        h ^= h >> 16
-        p2 = (_MIX_L * p2 - _MIX_R * h) & _M32
-        p2 ^= p2 >> 16
-        h = ((word ^ hash_a[call + 3]) * hash_a[call + 4]) & _M32
-        h ^= h >> 16
-        p3 = (_MIX_L * p3 - _MIX_R * h) & _M32
-        p3 ^= p3 >> 16
-        call += 4
-    return [p0, p1, p2, p3]
+        for dst in range(_POOL):
+            h = ((word ^ hash_a[call]) * hash_a[call + 1]) & _M32
+            h ^= h >> 16
+            value = (_MIX_L * pool[dst] - _MIX_R * h) & _M32
+            pool[dst] = value ^ (value >> 16)
+            call += 1
+    return pool
 
 
 def _draw(pool: List[int]) -> int:
