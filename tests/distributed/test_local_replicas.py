@@ -194,11 +194,11 @@ def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
 
     script = tmp_path / "hang.py"
     script.write_text(ORPHAN_SCRIPT)
-    log = open(tmp_path / "replica-0.log", "wb")
     # Replica 0 is a fork of the test process's preloaded server where that is exact (a new process
     # otherwise); replica 1 is the one it starts, as any script's.
-    proc = start_python([script, tmp_path], output=log, cwd=tmp_path,
-                        env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    with open(tmp_path / "replica-0.log", "wb") as log:
+        proc = start_python([script, tmp_path], output=log, cwd=tmp_path,
+                            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     child_pid = None
     try:
         deadline = time.monotonic() + 120
@@ -217,6 +217,5 @@ def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-        log.close()
         if child_pid is not None and _alive(child_pid):
             os.kill(child_pid, signal.SIGKILL)
