@@ -5,11 +5,11 @@ shutdown`` tracebacks (the chief's gRPC server refusing the ps tasks' calls
 once the interpreter had begun to exit) although the exit status was 0.
 """
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,8 +43,9 @@ def test_parameter_server_then_mirrored_in_one_program_exits_without_a_traceback
     script.write_text(PROGRAM)
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280,
-                          cwd=str(tmp_path), env=env)
+    # run_python: a fork of the test process's preloaded server where that is exact (its interpreter
+    # exits as a new one's does: tests/distributed/test_forked_tasks.py), else a new process.
+    proc = run_python([script], timeout=280, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trained both" in proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -132,8 +132,10 @@ def _launcher(body: str, *options: str) -> str:
         INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         ATTEMPT = int(os.environ["DISTRIB_RESTART_COUNT"])
         """) + textwrap.dedent(body))
+    # New processes only (DISTRIB_LAUNCH_FORK=0): the launcher and its tasks import no torch, and a
+    # launch that may restart would otherwise start a preloaded spare server (an `import torch`).
     proc = run_python(["-m", "distrib", "launch", "--workers", "2", "--grace-seconds", "5", *options, script],
-                      cwd=_WORK, timeout=150)
+                      env=dict(os.environ, DISTRIB_LAUNCH_FORK="0"), cwd=_WORK, timeout=150)
     return proc.stdout + proc.stderr
 
 

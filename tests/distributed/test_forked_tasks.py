@@ -41,6 +41,17 @@ with open(os.path.join(out, os.environ["DISTRIB_TASK_NAME"].replace(" ", "-") + 
 '''
 
 
+@pytest.fixture(scope="module")
+def shared_server():
+    """The servers this module's forked runs fork from: one ``import torch`` per start-up environment
+    (the tasks of one worker and those of two differ in ``OMP_NUM_THREADS``), not one per launch."""
+    shared = SharedForkServer(max_servers=2)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 def _run(script, out, fork: bool, workers: int = 2, **kwargs):
     env = {"DISTRIB_LAUNCH_FORK": "1" if fork else "0"}
     env.update(kwargs.pop("env", {}))
@@ -52,13 +63,13 @@ def _states(out, workers=2):
     return [json.loads((out / f"worker-{i}.json").read_text()) for i in range(workers)]
 
 
-def test_a_forked_task_sees_what_a_new_process_sees(write_script, tmp_path):
+def test_a_forked_task_sees_what_a_new_process_sees(write_script, tmp_path, shared_server):
     script = write_script("report.py", _REPORT)
     seen = {}
     for fork in (True, False):
         out = tmp_path / f"fork-{fork}"
         out.mkdir()
-        result = _run(script, out, fork)
+        result = _run(script, out, fork, fork_server=shared_server if fork else None)
         assert result.returncode == 0, result.output
         seen[fork] = _states(out)
     forked, fresh = seen[True], seen[False]
@@ -78,7 +89,7 @@ def test_a_forked_task_sees_what_a_new_process_sees(write_script, tmp_path):
             assert states[0][key] != states[1][key], key
 
 
-def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
+def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path, shared_server):
     write_script("pkg_report/__init__.py", "")
     write_script("pkg_report/main.py", _REPORT)
     seen = {}
@@ -86,7 +97,8 @@ def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
         out = tmp_path / f"out-{fork}"
         out.mkdir()
         result = launch("pkg_report.main", [str(out)], module=True, workers=2, output="capture",
-                        timeout=_TIMEOUT, cwd=str(tmp_path), env={"DISTRIB_LAUNCH_FORK": "1" if fork else "0"})
+                        timeout=_TIMEOUT, cwd=str(tmp_path), env={"DISTRIB_LAUNCH_FORK": "1" if fork else "0"},
+                        fork_server=shared_server if fork else None)
         assert result.returncode == 0, result.output
         seen[fork] = _states(out)
     for a, b in zip(seen[True], seen[False]):
@@ -95,16 +107,6 @@ def test_a_module_run_with_dash_m_is_forked_alike(write_script, tmp_path):
         assert a["argv"] == [b["argv"][0], str(tmp_path / "out-True")]
         assert a["orig_argv"] == [*b["orig_argv"][:-1], str(tmp_path / "out-True")]
     assert seen[True][0]["ppid"] != os.getpid()
-
-
-@pytest.fixture(scope="module")
-def shared_server():
-    """One server for the six endings below (one ``import torch``, not six); each launch forks from it."""
-    shared = SharedForkServer(max_servers=1)
-    try:
-        yield shared
-    finally:
-        shared.close()
 
 
 @pytest.mark.parametrize("body, code", [

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from distrib.testing import run_cluster, run_python
+from distrib.testing import run_cluster, run_python, start_python
 
 STEPS = 12
 PER_REPLICA = 3
@@ -194,14 +194,16 @@ def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
 
     script = tmp_path / "hang.py"
     script.write_text(ORPHAN_SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    # Replica 0 is a fork of the test process's preloaded server where that is exact (a new process
+    # otherwise); replica 1 is the one it starts, as any script's.
+    with open(tmp_path / "replica-0.log", "wb") as log:
+        proc = start_python([script, tmp_path], output=log, cwd=tmp_path,
                             env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     child_pid = None
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "pid1").exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert proc.poll() is None, (tmp_path / "replica-0.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the replicas never started"
             time.sleep(0.05)  # poll
         child_pid = int((tmp_path / "pid1").read_text())

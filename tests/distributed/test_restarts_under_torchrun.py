@@ -3,7 +3,10 @@ attempt) resumes bit-identically from BackupAndRestore.
 
 Worker 1 SIGKILLs itself once, at a step given by a flag file it removes first; torchrun
 (--max-restarts 1) restarts both workers, which resume from the last backup. Their final
-weights must equal those of an uninterrupted torchrun run.
+weights must equal those of an uninterrupted run of the same program on two workers (run
+once per module, its tasks forked from the test harness's preloaded server: what a run
+trains does not depend on which launcher started its tasks, and an uninterrupted torchrun
+run would cost three more interpreters).
 """
 import os
 import subprocess
@@ -13,6 +16,7 @@ import pytest
 
 from distrib.checkpoint.files.format import load_state
 from distrib.process.ports import free_port
+from distrib.testing import run_script
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -53,18 +57,28 @@ x = rs.randn(2 * 8 * 8, 6).astype("float32")
 y = (x @ rs.randn(6, 1)).astype("float32")
 backup = BackupAndRestore(backup_dir, save_freq=5)
 model.fit(x, y, batch_size=16, epochs=3, shuffle=True, verbose=0, callbacks=[backup, Fault()])
-attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ["DISTRIB_RESTART_COUNT"]
 with open(os.path.join(out_dir, f"attempt-{attempt}-rank-{rank}.json"), "w") as f:
     json.dump({"restored_from": backup.restored_from}, f)
 save_state(model.module.state_dict(), os.path.join(out_dir, f"final-{rank}.safetensors"))
 '''
 
 
-def _torchrun(tmp_path, name, kill_step=None):
+def _paths(tmp_path, name):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     backup, out, flag = tmp_path / f"{name}-backup", tmp_path / f"{name}-out", tmp_path / f"{name}-flag"
     out.mkdir()
+    return script, backup, out, flag
+
+
+def _results(out):
+    finals = [load_state(str(out / f"final-{r}.safetensors")) for r in (0, 1)]
+    return finals, sorted(p.name for p in out.glob("attempt-*"))
+
+
+def _torchrun(tmp_path, name, kill_step=None):
+    script, backup, out, flag = _paths(tmp_path, name)
     if kill_step is not None:
         flag.write_text(str(kill_step))
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -75,8 +89,7 @@ def _torchrun(tmp_path, name, kill_step=None):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not flag.exists(), "the worker was never killed"
-    finals = [load_state(str(out / f"final-{r}.safetensors")) for r in (0, 1)]
-    return finals, sorted(p.name for p in out.glob("attempt-*"))
+    return _results(out)
 
 
 def _equal(a, b):
@@ -85,7 +98,11 @@ def _equal(a, b):
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory):
-    finals, attempts = _torchrun(tmp_path_factory.mktemp("reference"), "reference")
+    """The final weights of an uninterrupted run on two workers (no flag: nothing is killed)."""
+    script, backup, out, flag = _paths(tmp_path_factory.mktemp("reference"), "reference")
+    result = run_script(str(script), num_workers=2, args=[backup, out, flag], timeout=300)
+    assert result.returncode == 0, result.output[-4000:]
+    finals, attempts = _results(out)
     assert attempts == ["attempt-0-rank-0.json", "attempt-0-rank-1.json"]
     assert _equal(finals[0], finals[1])
     return finals[0]
