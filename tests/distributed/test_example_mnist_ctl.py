@@ -1,11 +1,30 @@
-"""Seed 000's custom training loop, ported: runs alone and on 2 workers, checkpoints, resumes."""
+"""Seed 000's custom training loop, ported: runs alone and on 2 workers, checkpoints, resumes.
+
+Every task reads the offline digits from one ``mnist.npz`` (``DISTRIB_MNIST``) holding exactly
+what `distrib.datasets.mnist.load_data()` builds, so the data is the example's own, built once
+per module instead of once per task (each would import scikit-learn to build it).
+"""
 import os
 import re
+import subprocess
 from pathlib import Path
 
-from distrib.testing import run_python, run_script
+import numpy as np
+import pytest
+
+from distrib.testing import run_script, start_python
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_ctl.py"
+
+
+@pytest.fixture(scope="module")
+def mnist_npz(tmp_path_factory):
+    from distrib.datasets import mnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    path = tmp_path_factory.mktemp("mnist") / "mnist.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return str(path)
 
 
 def _epochs(output):
@@ -13,17 +32,29 @@ def _epochs(output):
             re.findall(r"Epoch: (\d+), accuracy: ([\d.]+), train_loss: ([\d]+\.[\d]+)", output)]
 
 
-def test_runs_alone(tmp_path):
-    env = dict(os.environ, MNIST_EPOCHS="1", MNIST_STEPS="5", MNIST_CKPT_DIR=str(tmp_path / "ckpt"))
+def test_runs_alone(tmp_path, mnist_npz):
+    own = {"MNIST_EPOCHS": "1", "MNIST_STEPS": "5", "MNIST_CKPT_DIR": str(tmp_path / "ckpt")}
+    env = dict(os.environ, DISTRIB_MNIST=mnist_npz, **own)
     env.pop("TF_CONFIG", None)
-    proc = run_python([str(EXAMPLE)], env=env, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert [e for e, _, _ in _epochs(proc.stdout)] == [0]
+    # MNIST_* are read by the example only: a fork of the harness's preloaded server runs it.
+    with open(tmp_path / "output.txt", "wb") as output:
+        proc = start_python([str(EXAMPLE)], output=output, env=env, runtime=tuple(own))
+        try:
+            code = proc.wait(180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    out = (tmp_path / "output.txt").read_text(encoding="utf-8", errors="replace")
+    assert code == 0, out[-2000:]
+    assert [e for e, _, _ in _epochs(out)] == [0]
 
 
-def test_two_workers_train_checkpoint_and_resume(tmp_path):
+def test_two_workers_train_checkpoint_and_resume(tmp_path, mnist_npz):
     ckpt = tmp_path / "ckpt"
-    env = {"MNIST_EPOCHS": "2", "MNIST_STEPS": "8", "MNIST_CKPT_DIR": str(ckpt)}
+    # DISTRIB_LAUNCH_FORK=1: each launch forks its 2 tasks from a server of its own (MNIST_* make a
+    # start-up environment no shared server has), which does not evict the harness's shared ones.
+    env = {"MNIST_EPOCHS": "2", "MNIST_STEPS": "8", "MNIST_CKPT_DIR": str(ckpt), "DISTRIB_MNIST": mnist_npz,
+           "DISTRIB_LAUNCH_FORK": "1"}
     first = run_script(str(EXAMPLE), num_workers=2, env=env, timeout=240)
     assert first.returncode == 0, first.output[-3000:]
     epochs = _epochs(first.outputs["worker 0"])

@@ -21,8 +21,12 @@ def _walk_through_commands() -> list:
 
 def _final_line(command: list, tmp_path: Path) -> tuple:
     argv = [str(tmp_path / a[len("/tmp/"):]) if a.startswith("/tmp/") else a for a in command[1:]]
+    # DISTRIB_LAUNCH_FORK=1 (docs/launcher.md): the launcher imports PyTorch once, in its fork server, and
+    # forks every task from it, the first attempt's too; by default ("spare") the first tasks are new
+    # processes and, under --max-restarts, a server imports beside them: 3 imports on 2 cores, not 1.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="80", DISTRIB_LAUNCH_FORK="1")
     proc = subprocess.run([sys.executable, "-m", "distrib", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=400, env=dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="80"))
+                          timeout=400, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     finals = re.findall(r"^\[worker 0\] (final loss \S+ weights sha256 \w+)$", proc.stdout + proc.stderr, re.M)
     assert len(finals) == 1, proc.stdout + proc.stderr

@@ -18,12 +18,17 @@ accuracy; every later number to rtol 2e-3 and 3 examples, because float32
 training drifts with the summation order of its kernels — TensorFlow run
 with oneDNN off drifts from TensorFlow run with it by up to 8e-4 over the
 same 100 steps (`test_tensorflow_drifts_from_itself_as_much`).
+
+Every run reads the offline digits from one ``mnist.npz`` (``DISTRIB_MNIST``) holding exactly what
+`distrib.datasets.mnist.load_data()` builds: the same data, built once per module instead of
+once per process (each local replica would import scikit-learn to build it).
 """
 import json
 import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from distrib.testing import run_python, run_script
@@ -80,9 +85,20 @@ def _parse(out):
             "devices": re.findall(r"^Number of devices: (\d+)$", out, re.M)}
 
 
-def _run_local(tmp_path, devices):
+@pytest.fixture(scope="module")
+def mnist_npz(tmp_path_factory):
+    from distrib.datasets import mnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    path = tmp_path_factory.mktemp("mnist") / "mnist.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return str(path)
+
+
+def _run_local(tmp_path, devices, mnist_npz):
     """The example from a plain ``python``, with ``devices`` CPU replicas and the same global batch."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
+    env["DISTRIB_MNIST"] = mnist_npz
     if devices > 1:
         env["DISTRIB_LOCAL_DEVICES"] = ",".join(f"cpu:{i}" for i in range(devices))
     args = [str(EXAMPLE), *ARGS, "--batch-size-per-replica", str(GLOBAL_BATCH // devices),
@@ -93,13 +109,13 @@ def _run_local(tmp_path, devices):
 
 
 @pytest.fixture(scope="module")
-def one_replica(tmp_path_factory):
-    return _run_local(tmp_path_factory.mktemp("one"), 1)
+def one_replica(tmp_path_factory, mnist_npz):
+    return _run_local(tmp_path_factory.mktemp("one"), 1, mnist_npz)
 
 
 @pytest.fixture(scope="module")
-def two_replicas(tmp_path_factory):
-    return _run_local(tmp_path_factory.mktemp("two"), 2)
+def two_replicas(tmp_path_factory, mnist_npz):
+    return _run_local(tmp_path_factory.mktemp("two"), 2, mnist_npz)
 
 
 def _check_tutorial_output(parsed, replicas):
@@ -153,9 +169,9 @@ def test_one_and_two_replicas_take_the_same_steps(one_replica, two_replicas):
 
 
 @pytest.mark.slow
-def test_multi_worker_under_distrib_launch(one_replica, tmp_path):
+def test_multi_worker_under_distrib_launch(one_replica, tmp_path, mnist_npz):
     ckpt = tmp_path / "ckpt"
-    result = run_script(str(EXAMPLE), num_workers=2, timeout=300,
+    result = run_script(str(EXAMPLE), num_workers=2, timeout=300, env={"DISTRIB_MNIST": mnist_npz},
                         args=[*ARGS, "--batch-size-per-replica", GLOBAL_BATCH // 2, "--checkpoint-dir", ckpt])
     assert result.returncode == 0, result.output[-3000:]
     parsed = _parse(result.outputs["worker 0"])
