@@ -43,3 +43,24 @@ def test_idx_files_keep_uint8_labels(tmp_path):
                         ("t10k-images-idx3-ubyte", (3, 28, 28)), ("t10k-labels-idx1-ubyte", (3,))]:
         _idx(tmp_path / f"{stem}.gz", rng.integers(0, 10, shape))
     _check(mnist.load_data(str(tmp_path)))
+
+
+def test_the_offline_digits_are_load_digits_read_without_importing_scikit_learn(monkeypatch):
+    import subprocess
+    import sys
+
+    datasets = pytest.importorskip("sklearn.datasets")
+    digits = datasets.load_digits()
+    images, labels = mnist._digits()
+    assert np.array_equal(images, digits.images) and np.array_equal(labels, digits.target)
+    # where the bundled file is not found, load_digits itself gives the same arrays
+    monkeypatch.setattr(mnist.importlib.util, "find_spec", lambda name: None)
+    fallback_images, fallback_labels = mnist._digits()
+    assert np.array_equal(fallback_images, images) and np.array_equal(fallback_labels, labels)
+    # a fresh process builds the data without importing scikit-learn
+    code = ("import sys; from distrib.datasets import mnist; mnist.load_data(); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "DISTRIB_MNIST": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -11,7 +11,8 @@ source, in order:
    ``x_test``, ``y_test``) or a directory holding the four IDX files
    (``train-images-idx3-ubyte`` etc., optionally ``.gz``);
 2. otherwise the 1,797 real handwritten digits bundled with scikit-learn
-   (``pip install scikit-learn``, distrib's ``datasets`` extra; without it, one line says so)
+   (``pip install scikit-learn``, distrib's ``datasets`` extra; without it, one line says so;
+   read from its data file without importing scikit-learn)
    (8×8, 17 grey levels), scaled to 20×20 and centred in 28×28 like MNIST,
    split 1,500 / 297 into train and test writers, then brought to MNIST's
    60,000 / 10,000 images by shifting each digit by up to 3 pixels
@@ -25,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 from pathlib import Path
 from typing import Optional, Tuple
@@ -86,19 +88,35 @@ def _read_idx(path: Path) -> np.ndarray:
     return data.reshape(dims)
 
 
+def _digits() -> Tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 1,797 digits as ``(images [n, 8, 8] float64, labels)``.
+
+    Read from the file scikit-learn bundles, as its ``load_digits`` reads it, without
+    importing scikit-learn (1-3 s in a fresh process); through ``load_digits`` where
+    the file is not where that layout puts it.
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    bundled = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None
+    if bundled is not None and bundled.is_file():
+        with gzip.open(bundled, "rt", encoding="utf-8") as f:
+            data = np.loadtxt(f, delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+    digits = require("sklearn.datasets", extra="datasets",
+                     purpose="distrib.datasets.mnist (offline digits; or set DISTRIB_MNIST="
+                             "/path/to/mnist.npz)").load_digits()
+    return digits.images, digits.target
+
+
 def _load_sklearn_digits() -> Tuple[Split, Split]:
-    load_digits = require("sklearn.datasets", extra="datasets",
-                          purpose="distrib.datasets.mnist (offline digits; or set DISTRIB_MNIST="
-                                  "/path/to/mnist.npz)").load_digits
     import torch
     import torch.nn.functional as F
 
-    digits = load_digits()
-    small = torch.from_numpy(digits.images.astype(np.float32) / 16.0).unsqueeze(1)
+    digit_images, targets = _digits()
+    small = torch.from_numpy(digit_images.astype(np.float32) / 16.0).unsqueeze(1)
     big = F.interpolate(small, size=(20, 20), mode="bilinear", align_corners=False).squeeze(1)
     images = np.zeros((len(big), 28, 28), dtype=np.uint8)
     images[:, 4:24, 4:24] = (big.clamp(0, 1).numpy() * 255).round().astype(np.uint8)
-    labels = digits.target.astype(np.uint8)
+    labels = targets.astype(np.uint8)
     train = _shifted(images[:1500], labels[:1500], 60000, seed=0)
     test = _shifted(images[1500:], labels[1500:], 10000, seed=1)
     return train, test
