@@ -46,6 +46,20 @@ if _PORTS is not None:
     os.environ["DISTRIB_PORT_RANGE"] = _PORTS
 
 
+@pytest.fixture(scope="module")
+def mnist_npz(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``distrib.datasets.mnist.load_data()``'s arrays in one Keras-style npz (for ``DISTRIB_MNIST``):
+    a module's example runs read the data instead of each building it."""
+    import numpy as np
+
+    from distrib.datasets import mnist
+
+    (x_train, y_train), (x_test, y_test) = mnist.load_data()
+    path = tmp_path_factory.mktemp("mnist") / "mnist.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return str(path)
+
+
 @pytest.fixture
 def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
     """Write a small dedented Python file under ``tmp_path`` and return its path.

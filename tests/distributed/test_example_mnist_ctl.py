@@ -9,22 +9,11 @@ import re
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from distrib.testing import run_script, start_python
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_ctl.py"
-
-
-@pytest.fixture(scope="module")
-def mnist_npz(tmp_path_factory):
-    from distrib.datasets import mnist
-
-    (x_train, y_train), (x_test, y_test) = mnist.load_data()
-    path = tmp_path_factory.mktemp("mnist") / "mnist.npz"
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return str(path)
 
 
 def _epochs(output):

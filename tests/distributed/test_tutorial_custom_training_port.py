@@ -28,7 +28,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from distrib.testing import run_python, run_script
@@ -83,16 +82,6 @@ def _parse(out):
             "alternate": [_numbers(m) for m in ALTERNATE_LINE.findall(out)],
             "restored": [float(v) for v in RESTORED_LINE.findall(out)],
             "devices": re.findall(r"^Number of devices: (\d+)$", out, re.M)}
-
-
-@pytest.fixture(scope="module")
-def mnist_npz(tmp_path_factory):
-    from distrib.datasets import mnist
-
-    (x_train, y_train), (x_test, y_test) = mnist.load_data()
-    path = tmp_path_factory.mktemp("mnist") / "mnist.npz"
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return str(path)
 
 
 def _run_local(tmp_path, devices, mnist_npz):
