@@ -10,26 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-
-import distrib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tf_reference"))
 import round_four_scenarios as sc  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from keras_pass_cases import PASSES, EventRecorder, linear_model, pass_case_inputs  # noqa: E402
 
 REFERENCE = json.loads((Path(__file__).resolve().parents[1] / "data" / "tf_reference"
                         / "round_four.json").read_text())["batch_rule"]
 
 
 def _model():
-    kernel, bias = sc.initial_weights()
-    net = torch.nn.Linear(4, 1)
-    with torch.no_grad():
-        net.weight.copy_(torch.from_numpy(kernel.T.copy()))
-        net.bias.copy_(torch.from_numpy(bias))
-    model = distrib.Model(net)
-    model.compile(optimizer=distrib.optimizers.SGD(sc.LR), loss="mse")
-    return model
+    return linear_model()
 
 
 def test_fit_with_steps_per_epoch_and_validation_steps_batches_as_keras():
@@ -64,42 +57,14 @@ def test_a_given_batch_size_still_wins_over_steps():
     assert _model().predict(x, batch_size=10, steps=2, verbose=0).shape[0] == 20
 
 
-PASSES = json.loads((Path(__file__).resolve().parents[1] / "data" / "tf_reference"
-                     / "round_four.json").read_text())["array_passes"]
-
-
-class _Recorder(distrib.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.events = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.events.append(f"E{epoch}")
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.events.append(f"b{batch}")
-
-    def on_test_batch_begin(self, batch, logs=None):
-        self.events.append(f"t{batch}")
-
-
 @pytest.mark.parametrize("name", sorted(sc.PASS_CASES))
 def test_an_epoch_of_arrays_ends_with_the_pass_as_in_keras_3(name):
     """``steps_per_epoch`` past the end of arrays or a finite dataset: the epoch ends there, the next starts a new
     pass, training goes on."""
     case, expected = sc.PASS_CASES[name], PASSES[name]
-    x, y, vx, vy = sc.data()
-    kwargs = dict(case["fit"])
-    if "val" in case:
-        kwargs["validation_data"] = (vx[:case["val"]], vy[:case["val"]])
-    model = _model()
-    if "steps_per_execution" in case:
-        model.compile(optimizer=distrib.optimizers.SGD(sc.LR), loss="mse",
-                      steps_per_execution=case["steps_per_execution"])
-    recorder = _Recorder()
-    data = (x[:case["rows"]], y[:case["rows"]])
-    if "dataset_batch" in case:
-        data = (distrib.data.Dataset.from_tensor_slices(data).batch(case["dataset_batch"]), None)
+    model = linear_model(case.get("steps_per_execution"))
+    recorder = EventRecorder()
+    data, kwargs = pass_case_inputs(name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         hist = model.fit(*data, shuffle=False, verbose=0, callbacks=[recorder], **kwargs)

@@ -23,7 +23,7 @@ import torch
 from distrib.data.blocks import Block
 from distrib.data.seed_mixing import mix_seed
 
-__all__ = ["ALL", "BlockIterator", "IterContext", "mix_seed", "default_seed", "walk", "pull"]
+__all__ = ["ALL", "BlockIterator", "IterContext", "default_seed", "walk", "pull"]
 
 #: ``limit`` meaning "as many as you have".
 ALL = 1 << 62

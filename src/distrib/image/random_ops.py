@@ -58,7 +58,7 @@ def random_crop(value: Any, size: Sequence[int], seed: Optional[int] = None) -> 
     if len(size) != t.dim() or any(s < 0 or s > d for s, d in zip(size, t.shape)):
         raise ValueError(f"random_crop(size={size}): need one size per dimension of the value's shape "
                          f"{tuple(t.shape)}, each at most that dimension")
-    draws = uniform_values(seed, t.dim()) if t.dim() <= 8 else uniform(seed, t.dim()).tolist()
+    draws = uniform_values(seed, t.dim())
     offsets = [int(u * (d - s + 1)) for u, d, s in zip(draws, t.shape, size)]
     if t.layout != torch.strided:
         return t[tuple(slice(o, o + s) for o, s in zip(offsets, size))]

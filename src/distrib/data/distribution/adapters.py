@@ -28,7 +28,8 @@ from distrib.data.dataset import Dataset
 from distrib.data.options import UNKNOWN, Options
 from distrib.data.parallel.loader_workers import WorkerTable, replica_plan
 from distrib.data.sources.in_memory import ElementsIterator, IterableDataset, TableDataset
-from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
+from distrib.data.seed_mixing import mix_seed
+from distrib.data.stream import BlockIterator, IterContext, default_seed
 from distrib.data.structure import to_structure
 
 __all__ = ["as_dataset", "as_distributable", "as_local", "LoaderBatchesDataset", "LoaderIterableDataset"]

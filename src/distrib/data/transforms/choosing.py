@@ -32,7 +32,8 @@ from distrib.data.blocks import Block, IndexBlock, ListBlock, RangeTable, materi
 from distrib.data.dataset import Dataset
 from distrib.data.transforms.element_state import END, Reader, unary_check
 from distrib.data.options import INFINITE, UNKNOWN
-from distrib.data.stream import BlockIterator, IterContext, default_seed, mix_seed
+from distrib.data.seed_mixing import mix_seed
+from distrib.data.stream import BlockIterator, IterContext, default_seed
 
 __all__ = ["ChooseDataset", "CounterDataset", "choose_from_datasets", "sample_from_datasets"]
 

@@ -24,7 +24,8 @@ from distrib.data.dataset import Dataset
 from distrib.data.transforms.map_spec import traced_map_spec
 from distrib.data.options import INFINITE, UNKNOWN, Options
 from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
-from distrib.data.stream import ALL, BlockIterator, IterContext, mix_seed
+from distrib.data.seed_mixing import mix_seed
+from distrib.data.stream import ALL, BlockIterator, IterContext
 from distrib.data.structure import call_unpacked, to_structure
 
 __all__ = ["MapDataset", "FilterDataset", "TakeDataset", "SkipDataset", "ShardDataset",
