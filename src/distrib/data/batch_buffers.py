@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 __all__ = ["stacked", "MIN_POOLED_BYTES", "FREE_PER_SIZE", "NUMPY_DTYPES", "pooled_bytes", "lend_rows",
-           "rows_returned"]
+           "rows_returned", "rows_block"]
 
 #: Batches smaller than this are stacked into plain torch memory.
 MIN_POOLED_BYTES = 4 * 1024 * 1024
@@ -81,6 +81,27 @@ def _empty(shape: Sequence[int], dtype: torch.dtype, nbytes: int) -> torch.Tenso
     # chains onto the owner, so an intermediate view would die at once): it carries the finalizer.
     array = block[offset:offset + nbytes].view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
     weakref.finalize(array, _give_back, nbytes, block)
+    return torch.from_numpy(array)
+
+
+def _rows_back(nbytes: int, block: np.ndarray, address: int) -> None:
+    rows_returned(address)
+    _give_back(nbytes, block)
+
+
+def rows_block(nbytes: int) -> torch.Tensor:
+    """A uint8 tensor of ``nbytes`` on a pooled block, lent as rows (`lend_rows`) until the last tensor
+    on it is freed; then it is no longer rows and serves the pool again."""
+    with _lock:
+        idle = _free.get(nbytes)
+        block = idle.pop() if idle else None
+    if block is None:
+        block = np.empty(nbytes + _ALIGN, np.uint8)
+    offset = (-block.ctypes.data) % _ALIGN
+    array = block[offset:offset + nbytes]
+    address = array.ctypes.data
+    lend_rows(address)
+    weakref.finalize(array, _rows_back, nbytes, block, address)
     return torch.from_numpy(array)
 
 

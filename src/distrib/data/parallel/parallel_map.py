@@ -33,6 +33,7 @@ from distrib.data.blocks import Block, LazyBatch, ListBlock
 from distrib.data.dataset import Dataset
 from distrib.data.batch_buffers import NUMPY_DTYPES
 from distrib.data.parallel.shared_slots import Slot, SlotLender, write_into
+from distrib.data.parallel.thread_rows import RowLender, Rows, into_rows
 from distrib.data.parallel.workers import WorkerPool, parallel_calls, process_fn, with_element_note
 from distrib.data.transforms.random_draws import ElementKey, RowKeyedCall, call_keyed
 from distrib.data.stream import BlockIterator, IterContext
@@ -78,14 +79,17 @@ class _FixedSeed:
         return self.value
 
 
-def _apply_on_thread(fn: Callable, elements: List[Any], keys: List[ElementKey]) -> List[Any]:
-    """On a worker thread, for each element: ``(True, result, False)`` or ``(False, the error, False)``."""
+def _apply_on_thread(fn: Callable, elements: List[Any], keys: List[ElementKey],
+                     rows: List[Optional[Rows]]) -> List[Any]:
+    """On a worker thread, for each element: ``(True, result, fitted)`` (its large tensors copied into
+    the batch rows lent, if any; ``fitted`` False where they did not fit) or ``(False, the error, True)``."""
     out = []
-    for element, key in zip(elements, keys):
+    for element, key, row in zip(elements, keys, rows):
         try:
-            out.append((True, to_structure(call_keyed(fn, element, key)), False))
+            result, fitted = into_rows(to_structure(call_keyed(fn, element, key)), row)
+            out.append((True, result, fitted))
         except Exception as error:  # noqa: BLE001 - raised in order by the consumer
-            out.append((False, error, False))
+            out.append((False, error, True))
     return out
 
 
@@ -185,6 +189,7 @@ class _ParallelMapIterator(BlockIterator):
         self._flight_error: Optional[_InputError] = None
         self._slots: Optional[SlotLender] = None  # with processes: shared memory for the results
         self._batch = 1  # the batch size of the consumer, if it batches (rows of the slots' groups)
+        self._rows: Optional[RowLender] = None  # with threads and determinism: batch rows for the results
 
     def batched_by(self, size: int) -> None:
         self._batch = int(size)
@@ -197,6 +202,8 @@ class _ParallelMapIterator(BlockIterator):
         if self._processes:
             self._slots = SlotLender(rows=self._batch)
             weakref.finalize(self, SlotLender.close, self._slots)
+        elif self._deterministic:
+            self._rows = RowLender(self._batch)  # in order only: out of order, rows would not line up
         return pool
 
     def _fill(self) -> None:
@@ -250,7 +257,9 @@ class _ParallelMapIterator(BlockIterator):
         ordinals = [o for o, _ in chunk]
         if not self._processes:
             keys = [ElementKey(self._seed, self._lineage, o) for o in ordinals]
-            future = pool.submit(_apply_on_thread, self._fn, [e for _, e in chunk], keys)
+            lender = self._rows
+            rows = [lender.lend(o) for o in ordinals] if lender is not None else [None] * len(ordinals)
+            future = pool.submit(_apply_on_thread, self._fn, [e for _, e in chunk], keys, rows)
             self._flight.extend((o, _Part(future, j, None)) for j, o in enumerate(ordinals))
             chunk.clear()
             return
@@ -283,19 +292,26 @@ class _ParallelMapIterator(BlockIterator):
         if future is None:
             return item
         try:
-            ok, value, in_slot = future.result()[item.index]
+            ok, value, placed = future.result()[item.index]
         except BaseException as error:  # noqa: BLE001 - the user's exception, re-raised with a note
             self._fail(error, ordinal)
             raise
-        if in_slot:
+        if self._slots is None:  # a worker thread's result, as it is (its large tensors perhaps in rows)
+            if not ok:
+                self._fail(value, ordinal)
+                raise value
+            if self._rows is not None:
+                if placed:
+                    self._rows.learn(value)
+                else:
+                    self._rows.stop()
+            return value
+        if placed:
             return _unpack(self._slots.receive(item.slot, value))
-        if self._slots is not None:
-            self._slots.give_back(item.slot)
+        self._slots.give_back(item.slot)
         if not ok:
             self._fail(value, ordinal)
             raise value
-        if self._slots is None:
-            return value  # a worker thread's result, as it is
         self._slots.learn(_leaf_bytes(value))
         return _unpack(value)
 

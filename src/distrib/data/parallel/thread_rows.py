@@ -1,0 +1,127 @@
+"""Batch rows for map threads: a thread copies its result into the row the batch will view.
+
+Before a ``batch``, element ``i`` of a batch of ``n`` is written by the map
+thread that computed it into row ``i % n`` of a pooled block laid out as the
+batch (`batch_buffers.rows_block`), and the batch views the block instead of
+stacking a copy. The copy moves off the consumer's thread onto the map
+threads, where the result is still in cache, and each result's own memory is
+freed at once for the thread's next element: tf.data's map-and-batch fusion,
+for threads (worker processes do the same in `shared_slots`). A result whose
+tensors do not match the first one's shapes and dtypes stays as it is and the
+batch stacks as before; the lender then stops lending. A block is lent again
+only once every tensor on it is freed, so a kept row or batch is never
+overwritten (DESIGN.md, invariant 9).
+
+Example:
+    >>> lender = RowLender(rows=2)
+    >>> lender.learn(torch.zeros(512, 1024))             # 2 MiB a row: worth a row
+    >>> rows = [lender.lend(k) for k in range(2)]
+    >>> parts = [into_rows(torch.full((512, 1024), float(k)), r)[0] for k, r in enumerate(rows)]
+    >>> batch = batch_buffers.stacked(parts)             # a view of the block, no copy
+    >>> batch.data_ptr() == parts[0].data_ptr(), batch[1, 0, 0].item()
+    (True, 1.0)
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from distrib.data import batch_buffers
+from distrib.data.batch_buffers import MIN_POOLED_BYTES, NUMPY_DTYPES
+from distrib.data.structure import leaves, map_leaves
+
+__all__ = ["RowLender", "into_rows", "MIN_ROW_BYTES"]
+
+#: A leaf smaller than this is left to the batch's stack (a copy call per row would cost more).
+MIN_ROW_BYTES = 64 * 1024
+_ALIGN = 64
+
+Rows = Tuple[Optional[torch.Tensor], ...]
+
+
+class _Place:
+    __slots__ = ("shape", "dtype", "offset", "nbytes")
+
+    def __init__(self, shape: Tuple[int, ...], dtype: torch.dtype, offset: int, nbytes: int) -> None:
+        self.shape, self.dtype, self.offset, self.nbytes = shape, dtype, offset, nbytes
+
+
+def _rowable(leaf: Any) -> bool:
+    return (type(leaf) is torch.Tensor and leaf.device.type == "cpu" and leaf.dtype in NUMPY_DTYPES
+            and not leaf.requires_grad and leaf.numel() * leaf.element_size() >= MIN_ROW_BYTES)
+
+
+class RowLender:
+    """Rows of batch-shaped blocks in this process's memory, lent by element number.
+
+    Args:
+        rows: the batch size after the map (elements per block).
+    """
+
+    def __init__(self, rows: int) -> None:
+        self._rows = int(rows)
+        self._places: Optional[List[Optional[_Place]]] = None
+        self._size = 0
+        self._group: Optional[Tuple[int, torch.Tensor]] = None  # the block rows are lent from now
+        self._stopped = self._rows < 2
+
+    def learn(self, value: Any) -> None:
+        """Lay blocks out after the first result ``value`` (its large CPU tensors get rows); once."""
+        if self._places is not None or self._stopped:
+            return
+        places: List[Optional[_Place]] = []
+        offset = 0
+        for leaf in leaves(value):
+            if not _rowable(leaf):
+                places.append(None)
+                continue
+            nbytes = leaf.numel() * leaf.element_size()
+            places.append(_Place(tuple(leaf.shape), leaf.dtype, offset, nbytes))
+            offset = -(-(offset + self._rows * nbytes) // _ALIGN) * _ALIGN
+        if offset < MIN_POOLED_BYTES:
+            self._stopped = True  # small batches: torch.stack is as cheap
+            return
+        self._places, self._size = places, offset
+
+    def lend(self, number: int) -> Optional[Rows]:
+        """For element ``number``: row ``number % rows`` of block ``number // rows``, one tensor per
+        leaf (None: not given a row), or None before `learn` and after `stop`."""
+        places = self._places
+        if places is None or self._stopped:
+            return None
+        group, row = divmod(int(number), self._rows)
+        if self._group is None or self._group[0] != group:
+            self._group = (group, batch_buffers.rows_block(self._size))  # the earlier block lives on in its rows
+        block = self._group[1]
+        return tuple(None if p is None else
+                     block[p.offset + row * p.nbytes:p.offset + (row + 1) * p.nbytes].view(p.dtype).view(p.shape)
+                     for p in places)
+
+    def stop(self) -> None:
+        """Lend no more rows (a result did not fit its row)."""
+        self._stopped, self._places, self._group = True, None, None
+
+
+def into_rows(value: Any, rows: Optional[Rows]) -> Tuple[Any, bool]:
+    """On a map thread: ``value`` with each leaf that has a row copied into it and replaced by the row;
+    and whether every lent row was filled (False: the lender should stop)."""
+    if rows is None:
+        return value, True
+    parts = leaves(value)
+    if len(parts) != len(rows):
+        return value, False
+    for leaf, row in zip(parts, rows):
+        if row is not None and not (type(leaf) is torch.Tensor and leaf.device.type == "cpu"
+                                    and leaf.dtype == row.dtype and leaf.shape == row.shape
+                                    and not leaf.requires_grad):
+            return value, False
+    targets = iter(rows)
+
+    def put(leaf: Any) -> Any:
+        row = next(targets)
+        if row is None:
+            return leaf
+        row.copy_(leaf)
+        return row
+    return map_leaves(put, value), True
