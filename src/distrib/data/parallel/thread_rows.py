@@ -1,16 +1,10 @@
 """Batch rows for map threads: a thread copies its result into the row the batch will view.
 
-Before a ``batch``, element ``i`` of a batch of ``n`` is written by the map
-thread that computed it into row ``i % n`` of a pooled block laid out as the
-batch (`batch_buffers.rows_block`), and the batch views the block instead of
-stacking a copy. The copy moves off the consumer's thread onto the map
-threads, where the result is still in cache, and each result's own memory is
-freed at once for the thread's next element: tf.data's map-and-batch fusion,
-for threads (worker processes do the same in `shared_slots`). A result whose
-tensors do not match the first one's shapes and dtypes stays as it is and the
-batch stacks as before; the lender then stops lending. A block is lent again
-only once every tensor on it is freed, so a kept row or batch is never
-overwritten (DESIGN.md, invariant 9).
+Before a ``batch``, the map thread that computed element ``i`` copies its large
+tensors into row ``i % n`` of a pooled block laid out as the batch of ``n``
+(`batch_buffers.rows_block`); the batch views the block instead of stacking a
+copy. A result that does not match the first one's shapes stays as it is
+(docs/input-pipelines.md, "Threads or processes").
 
 Example:
     >>> lender = RowLender(rows=2)
