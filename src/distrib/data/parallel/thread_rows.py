@@ -57,7 +57,7 @@ class RowLender:
         self._rows = int(rows)
         self._places: Optional[List[Optional[_Place]]] = None
         self._size = 0
-        self._group: Optional[Tuple[int, torch.Tensor]] = None  # the block rows are lent from now
+        self._group: Optional[Tuple[int, List[Rows]]] = None  # the block rows are lent from now, its rows
         self._stopped = self._rows < 2
 
     def learn(self, value: Any) -> None:
@@ -85,12 +85,17 @@ class RowLender:
         if places is None or self._stopped:
             return None
         group, row = divmod(int(number), self._rows)
-        if self._group is None or self._group[0] != group:
-            self._group = (group, batch_buffers.rows_block(self._size))  # the earlier block lives on in its rows
-        block = self._group[1]
-        return tuple(None if p is None else
-                     block[p.offset + row * p.nbytes:p.offset + (row + 1) * p.nbytes].view(p.dtype).view(p.shape)
-                     for p in places)
+        if self._group is None or self._group[0] != group:  # the earlier block lives on in its rows
+            self._group = (group, self._block_rows(places))
+        return self._group[1][row]
+
+    def _block_rows(self, places: List[Optional[_Place]]) -> List[Rows]:
+        """A new block's rows: for each row, one view per leaf (made here at once, not one per lend)."""
+        block = batch_buffers.rows_block(self._size)
+        per_leaf = [None if p is None else
+                    block[p.offset:p.offset + self._rows * p.nbytes].view(p.dtype).view(self._rows, *p.shape).unbind(0)
+                    for p in places]
+        return [tuple(None if views is None else views[row] for views in per_leaf) for row in range(self._rows)]
 
     def stop(self) -> None:
         """Lend no more rows (a result did not fit its row)."""
@@ -102,14 +107,17 @@ def into_rows(value: Any, rows: Optional[Rows]) -> Tuple[Any, bool]:
     and whether every lent row was filled (False: the lender should stop)."""
     if rows is None:
         return value, True
-    parts = leaves(value)
-    if len(parts) != len(rows):
-        return value, False
-    for leaf, row in zip(parts, rows):
-        if row is not None and not (type(leaf) is torch.Tensor and leaf.device.type == "cpu"
-                                    and leaf.dtype == row.dtype and leaf.shape == row.shape
-                                    and not leaf.requires_grad):
+    if type(value) is torch.Tensor:  # the usual element: one tensor, no structure to walk
+        row = rows[0] if len(rows) == 1 else False
+        if row is None:
+            return value, True
+        if row is False or not _fits(value, row):
             return value, False
+        row.copy_(value)
+        return row, True
+    parts = leaves(value)
+    if len(parts) != len(rows) or not all(row is None or _fits(leaf, row) for leaf, row in zip(parts, rows)):
+        return value, False
     targets = iter(rows)
 
     def put(leaf: Any) -> Any:
@@ -119,3 +127,8 @@ def into_rows(value: Any, rows: Optional[Rows]) -> Tuple[Any, bool]:
         row.copy_(leaf)
         return row
     return map_leaves(put, value), True
+
+
+def _fits(leaf: Any, row: torch.Tensor) -> bool:
+    return (type(leaf) is torch.Tensor and leaf.dtype == row.dtype and leaf.shape == row.shape
+            and leaf.device.type == "cpu" and not leaf.requires_grad)
