@@ -31,10 +31,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
 from distrib.process.fork_rules import RUNTIME_VARIABLES, can_fork, read_at_run_time
 from distrib.process.spawn import start_process, start_task
+
+if TYPE_CHECKING:
+    from distrib.process.fork_channel import ServerLine
 
 __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "SharedForkServer", "TaskStarter",
            "can_fork"]
@@ -195,10 +198,14 @@ class ForkServer:
 
 
 class ForkedProcess:
-    """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses."""
+    """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses.
+
+    ``server`` reports its exit: the `ForkServer`, or for a task's sibling (a local
+    replica) the task's `distrib.process.fork_channel.ServerLine`.
+    """
 
     def __init__(self, pid: int, stdout: Optional[IO[bytes]], stderr: Optional[IO[bytes]],
-                 server: ForkServer) -> None:
+                 server: Union[ForkServer, "ServerLine"]) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr

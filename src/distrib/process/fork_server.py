@@ -39,7 +39,7 @@ import signal
 import socket
 import sys
 import types
-from typing import Any, Dict, List, NoReturn, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 __all__ = ["PRELOADED", "serve"]
 
@@ -58,6 +58,7 @@ def _send(sock: socket.socket, message: Dict[str, Any]) -> None:
 
 def serve(fd: int) -> None:
     """Preload, answer ``ready``, then fork a task per request until the client hangs up."""
+    server_env = dict(os.environ)  # what a task's sibling is compared with (`fork_channel.start_sibling`)
     sock = socket.socket(fileno=fd)
     for name in PRELOADED:
         try:
@@ -71,10 +72,11 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_write, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
     signal.set_wakeup_fd(wake_write)
+    tasks = _Tasks(sock, server_env, [wake_read, wake_write])
     _send(sock, {"ready": True})
     while True:
         try:
-            readable, _, _ = select.select([sock, wake_read], [], [])
+            readable, _, _ = select.select([sock, wake_read, *tasks.lines.values()], [], [])
         except InterruptedError:
             continue
         if wake_read in readable:
@@ -84,36 +86,113 @@ def serve(fd: int) -> None:
                         break
                 except BlockingIOError:
                     break
-            _reap(sock)
+            tasks.reap()
+        for pid, line in list(tasks.lines.items()):
+            if line in readable:
+                tasks.serve_line(pid, line)
         if sock in readable:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
             if not message:
                 return  # the launcher is done (or gone): the tasks die with this process
-            request = json.loads(message)
+            _send(sock, tasks.fork(json.loads(message), fds))
+
+
+class _Tasks:
+    """The server's forked tasks: each one's line (`distrib.process.fork_channel`), and whose sibling each is."""
+
+    def __init__(self, sock: socket.socket, server_env: Dict[str, str], server_fds: List[int]) -> None:
+        self.sock = sock
+        self.server_env = server_env
+        self.server_fds = server_fds
+        self.lines: Dict[int, socket.socket] = {}  # task pid -> the server's end of its line
+        self.asked_by: Dict[int, int] = {}  # sibling pid -> the task that asked for it
+
+    def fork(self, request: Dict[str, Any], fds: Sequence[int], asked_by: Optional[int] = None) -> Dict[str, Any]:
+        """Fork the task ``request`` describes (output and errors to ``fds``); the answer to send."""
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            ours = theirs = None
+            error: Optional[OSError] = exc
+        else:
             try:
                 pid = os.fork()
+                error = None
             except OSError as exc:
-                for fd_ in fds:
-                    os.close(fd_)
-                _send(sock, {"error": f"fork failed: {exc}"})
-                continue
-            if pid == 0:
-                sock.close()  # through the object: a bare os.close would let it close a reused fd later
-                _become_task(request, fds, [wake_read, wake_write])
+                ours.close()
+                theirs.close()
+                error = exc
+            else:
+                if pid == 0:
+                    self.sock.close()  # through the objects: a bare os.close would close a reused fd later
+                    ours.close()
+                    for line in self.lines.values():
+                        line.close()
+                    from distrib.process import fork_channel
+                    fork_channel.attach(theirs, self.server_env)
+                    _become_task(request, fds, self.server_fds)
+                theirs.close()
+        for fd_ in fds:
+            os.close(fd_)
+        if error is not None:
+            return {"error": f"fork failed: {error}"}
+        self.lines[pid] = ours
+        if asked_by is not None:
+            self.asked_by[pid] = asked_by
+        return {"pid": pid}
+
+    def serve_line(self, pid: int, line: socket.socket) -> None:
+        """Task ``pid`` asks for a sibling (or hung up)."""
+        try:
+            message, fds, _, _ = socket.recv_fds(line, _MAX_MESSAGE, 2)
+            request = json.loads(message) if message else None
+        except (OSError, ValueError):
+            message, fds, request = b"", [], None
+        if not message:
             for fd_ in fds:
                 os.close(fd_)
-            _send(sock, {"pid": pid})
+            del self.lines[pid]
+            line.close()
+            return
+        if not isinstance(request, dict) or len(fds) != 2 or not isinstance(request.get("argv"), list):
+            for fd_ in fds:
+                os.close(fd_)
+            answer: Dict[str, Any] = {"error": "a sibling request needs argv, env, cwd and two descriptors"}
+        else:
+            answer = self.fork(request, fds, asked_by=pid)
+        self._tell(line, answer)
 
+    def reap(self) -> None:
+        """Report each ended task to whoever started it; SIGKILL the siblings an ended task asked for."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            message = {"exit": pid, "code": os.waitstatus_to_exitcode(status)}
+            if pid in self.asked_by:
+                line = self.lines.get(self.asked_by.pop(pid))
+                if line is not None:
+                    self._tell(line, message)
+            else:
+                _send(self.sock, message)
+            line = self.lines.pop(pid, None)
+            if line is not None:
+                line.close()
+            for sibling in [s for s, task in self.asked_by.items() if task == pid]:
+                try:
+                    os.kill(sibling, signal.SIGKILL)  # they die with the task that started them
+                except ProcessLookupError:
+                    pass
 
-def _reap(sock: socket.socket) -> None:
-    while True:
+    @staticmethod
+    def _tell(line: socket.socket, message: Dict[str, Any]) -> None:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            _send(line, message)
+        except OSError:
+            pass  # that task is gone
 
 
 def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[int]) -> NoReturn:

@@ -1,0 +1,145 @@
+"""Local replicas 1..n-1 start as forks of the server that forked replica 0 where that is exact, else as new
+processes; either way they die with replica 0 and a replica's failure is reported the same."""
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from distrib.process.fork_client import ForkServer
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, threading, torch, distrib
+    out, mode = sys.argv[1], sys.argv[2]
+    if mode == "startup-variable":
+        os.environ["PYTHONHASHSEED"] = "3"     # read at start-up: a fork of the server would not have it
+    strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
+    rid = strategy.replica_id
+    total = strategy.reduce("SUM", strategy.run(lambda: torch.tensor(1.0 + strategy.replica_id)), axis=None)
+    state = {"pid": os.getpid(), "ppid": os.getppid(), "total": total.item(), "argv": sys.argv,
+             "cwd": os.getcwd(), "omp": os.environ.get("OMP_NUM_THREADS"), "threads": torch.get_num_threads(),
+             "local": os.environ.get("DISTRIB_LOCAL_REPLICA"), "sid_is_pid": os.getsid(0) == os.getpid(),
+             "main_file": __file__, "path0": sys.path[0]}
+    with open(os.path.join(out, "r%d.tmp" % rid), "w") as f:
+        json.dump(state, f)
+    os.replace(os.path.join(out, "r%d.tmp" % rid), os.path.join(out, "r%d.json" % rid))
+    print("printed by replica", rid)
+    if mode == "fail" and rid == 1:
+        raise ValueError("replica one broke on shard 7")
+    if mode == "hang":
+        threading.Event().wait()
+""")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """One preloaded server, as `distrib launch` or the test harness has: replica 0 is forked from it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LAUNCH_FORK")}
+    env["OMP_NUM_THREADS"] = "1"
+    fork_server = ForkServer(env)
+    try:
+        assert fork_server.wait_ready(), "the fork server did not start"
+        yield fork_server
+    finally:
+        fork_server.close()
+
+
+def _run(server, tmp_path, mode, extra_env=None, wait=True):
+    script = tmp_path / "replicas.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / mode
+    out.mkdir()
+    log = open(tmp_path / f"{mode}.log", "wb")
+    proc = server.start([sys.executable, "replicas.py", str(out), mode], dict(server.env, **(extra_env or {})),
+                        str(tmp_path), output=log.fileno())
+    log.close()
+    if wait:
+        proc.wait(timeout=180)
+    return proc, out, tmp_path / f"{mode}.log"
+
+
+def _states(out):
+    return [json.loads((out / f"r{r}.json").read_text()) for r in range(2)]
+
+
+def test_replicas_are_forks_of_replica_0s_server_when_exact_and_see_what_a_new_process_sees(server, tmp_path):
+    proc, out, log = _run(server, tmp_path, "plain")
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    zero, one = _states(out)
+    assert zero["pid"] == proc.pid and zero["ppid"] != os.getpid()     # replica 0: forked from the server
+    assert one["ppid"] == zero["ppid"] != zero["pid"]                  # replica 1: forked from the same server
+    assert zero["total"] == one["total"] == 3.0
+    assert zero["local"] is None and one["local"].startswith("1/2/")
+    for key in ("argv", "cwd", "omp", "threads", "main_file", "path0"):
+        assert one[key] == zero[key], key
+    assert one["sid_is_pid"] and zero["sid_is_pid"]
+    text = log.read_text()
+    assert text.count("printed by replica") == 1 and "printed by replica 0" in text   # replica 1's is discarded
+
+
+@pytest.mark.parametrize("mode, extra_env", [("startup-variable", None),
+                                             ("fork-off", {"DISTRIB_LAUNCH_FORK": "0"})],
+                         ids=["a start-up variable differs", "DISTRIB_LAUNCH_FORK=0"])
+def test_replicas_are_new_processes_when_a_fork_would_not_be_exact(server, tmp_path, mode, extra_env):
+    proc, out, log = _run(server, tmp_path, mode, extra_env)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    zero, one = _states(out)
+    assert zero["ppid"] != os.getpid()          # replica 0 itself is a fork
+    assert one["ppid"] == zero["pid"]           # replica 1 was started by replica 0: a new process
+    assert zero["total"] == one["total"] == 3.0
+    assert one["omp"] == "1" and one["argv"] == zero["argv"]
+
+
+def _error_line(log):
+    lines = [line for line in log.read_text().splitlines() if line.startswith("distrib: error:")]
+    assert len(lines) == 1, log.read_text()[-3000:]
+    return lines[0]
+
+
+def test_a_forked_replicas_failure_is_reported_as_a_new_processs(server, tmp_path):
+    forked, forked_out, forked_log = _run(server, tmp_path, "fail")
+    (tmp_path / "new").mkdir()
+    fresh, fresh_out, fresh_log = _run(server, tmp_path / "new", "fail", {"DISTRIB_LAUNCH_FORK": "0"})
+    assert _states(forked_out)[1]["ppid"] == _states(forked_out)[0]["ppid"]   # forked
+    assert _states(fresh_out)[1]["ppid"] == _states(fresh_out)[0]["pid"]       # a new process
+    assert forked.returncode == fresh.returncode == 1
+    line = _error_line(forked_log)
+    assert line == _error_line(fresh_log)
+    assert line == ("distrib: error: local replica 1 (cpu:1) failed with exit code 1: "
+                    "[rank1]: ValueError: replica one broke on shard 7")   # (torch prefixes the rank)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in next(line for line in f if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError, StopIteration):
+        return False
+
+
+def test_a_forked_replica_dies_with_replica_0_on_sigkill(server, tmp_path):
+    proc, out, log = _run(server, tmp_path, "hang", wait=False)
+    one = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "r1.json").exists() or not (out / "r0.json").exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the replicas never started"
+            time.sleep(0.05)  # poll
+        zero, one = _states(out)
+        assert one["ppid"] == zero["ppid"] != zero["pid"] and _alive(one["pid"])   # forked
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while _alive(one["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll
+        assert not _alive(one["pid"]), "local replica 1 outlived replica 0"
+    finally:
+        proc.kill()
+        if one is not None and _alive(one["pid"]):
+            os.kill(one["pid"], signal.SIGKILL)
