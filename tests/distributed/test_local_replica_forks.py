@@ -14,12 +14,17 @@ from distrib.process.fork_client import ForkServer
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
 
 SCRIPT = textwrap.dedent("""
-    import json, os, sys, threading, torch, distrib
+    import json, os, signal, sys, torch, distrib
     out, mode = sys.argv[1], sys.argv[2]
     if mode == "startup-variable":
         os.environ["PYTHONHASHSEED"] = "3"     # read at start-up: a fork of the server would not have it
     strategy = distrib.MirroredStrategy(["cpu:0", "cpu:1"])
     rid = strategy.replica_id
+    if mode == "term":
+        def stop(signum, frame):
+            open(os.path.join(out, "term%d" % rid), "w").close()
+            raise SystemExit(0)
+        signal.signal(signal.SIGTERM, stop)
     total = strategy.reduce("SUM", strategy.run(lambda: torch.tensor(1.0 + strategy.replica_id)), axis=None)
     state = {"pid": os.getpid(), "ppid": os.getppid(), "total": total.item(), "argv": sys.argv,
              "cwd": os.getcwd(), "omp": os.environ.get("OMP_NUM_THREADS"), "threads": torch.get_num_threads(),
@@ -31,8 +36,8 @@ SCRIPT = textwrap.dedent("""
     print("printed by replica", rid)
     if mode == "fail" and rid == 1:
         raise ValueError("replica one broke on shard 7")
-    if mode == "hang":
-        threading.Event().wait()
+    while mode in ("hang", "term"):
+        signal.pause()
 """)
 
 
@@ -143,3 +148,21 @@ def test_a_forked_replica_dies_with_replica_0_on_sigkill(server, tmp_path):
         proc.kill()
         if one is not None and _alive(one["pid"]):
             os.kill(one["pid"], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("extra_env", [None, {"DISTRIB_LAUNCH_FORK": "0"}], ids=["forked", "new process"])
+def test_what_the_launcher_sends_replica_0s_group_reaches_every_replica(server, tmp_path, extra_env):
+    proc, out, log = _run(server, tmp_path, "term", extra_env, wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "r1.json").exists() or not (out / "r0.json").exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the replicas never started"
+            time.sleep(0.05)  # poll
+        zero, one = _states(out)
+        assert (one["ppid"] == zero["ppid"]) == (extra_env is None)     # forked, or started by replica 0
+        proc.signal_group(signal.SIGTERM)       # as `distrib launch` stops a forked task
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        assert (out / "term0").exists() and (out / "term1").exists()
+    finally:
+        proc.kill()

@@ -77,6 +77,14 @@ class ServerLine:
                 return self._exits[pid]
             return -signal.SIGKILL if self._gone else None  # siblings die with the server
 
+    @staticmethod
+    def signal_group(pid: int, signum: int) -> None:
+        """Send ``signum`` to sibling ``pid``'s process group (siblings start no siblings of their own)."""
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def _read(self, timeout: Optional[float]) -> bool:
         """With the lock held: take one message, waiting up to ``timeout``; False if none came."""
         ready, _, _ = select.select([self.sock], [], [], None if timeout is None else max(0.0, timeout))

@@ -130,6 +130,17 @@ class ForkServer:
         streams = [os.fdopen(fd, "rb", buffering=0) for fd in ours] or [None, None]
         return ForkedProcess(int(reply["pid"]), streams[0], streams[1], self)
 
+    def signal_group(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to task ``pid``'s process group and to those of the local replicas it forked."""
+        try:
+            with self._lock:
+                self._sock.send(json.dumps({"signal": pid, "signum": int(signum)}).encode())
+        except OSError:  # no server: no forked replicas either
+            try:
+                os.killpg(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def running(self) -> int:
         """How many of the tasks forked through this client have not ended."""
         with self._changed:
@@ -228,6 +239,11 @@ class ForkedProcess:
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, signum)
+
+    def signal_group(self, signum: int) -> None:
+        """`spawn.signal_task` for a fork: its process group, and those of the local replicas it forked."""
+        if self.returncode is None:
+            self._server.signal_group(self.pid, signum)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

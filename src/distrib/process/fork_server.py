@@ -39,7 +39,7 @@ import signal
 import socket
 import sys
 import types
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set
 
 __all__ = ["PRELOADED", "serve"]
 
@@ -94,7 +94,11 @@ def serve(fd: int) -> None:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
             if not message:
                 return  # the launcher is done (or gone): the tasks die with this process
-            _send(sock, tasks.fork(json.loads(message), fds))
+            request = json.loads(message)
+            if "signal" in request:
+                tasks.signal(int(request["signal"]), int(request["signum"]))
+            else:
+                _send(sock, tasks.fork(request, fds))
 
 
 class _Tasks:
@@ -106,6 +110,7 @@ class _Tasks:
         self.server_fds = server_fds
         self.lines: Dict[int, socket.socket] = {}  # task pid -> the server's end of its line
         self.asked_by: Dict[int, int] = {}  # sibling pid -> the task that asked for it
+        self.running: Set[int] = set()  # forked, not yet reaped
 
     def fork(self, request: Dict[str, Any], fds: Sequence[int], asked_by: Optional[int] = None) -> Dict[str, Any]:
         """Fork the task ``request`` describes (output and errors to ``fds``); the answer to send."""
@@ -137,6 +142,7 @@ class _Tasks:
         if error is not None:
             return {"error": f"fork failed: {error}"}
         self.lines[pid] = ours
+        self.running.add(pid)
         if asked_by is not None:
             self.asked_by[pid] = asked_by
         return {"pid": pid}
@@ -171,6 +177,7 @@ class _Tasks:
                 return
             if pid == 0:
                 return
+            self.running.discard(pid)
             message = {"exit": pid, "code": os.waitstatus_to_exitcode(status)}
             if pid in self.asked_by:
                 line = self.lines.get(self.asked_by.pop(pid))
@@ -185,6 +192,19 @@ class _Tasks:
                 try:
                     os.kill(sibling, signal.SIGKILL)  # they die with the task that started them
                 except ProcessLookupError:
+                    pass
+
+    def signal(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to task ``pid``'s process group and those of the siblings it asked for.
+
+        (A forked local replica is in a session of its own: what the launcher sends to
+        replica 0's group reaches it this way, as it reaches a replica that is a new process.)
+        """
+        for target in [pid, *(s for s, task in self.asked_by.items() if task == pid)]:
+            if target in self.running:
+                try:
+                    os.killpg(target, signum)
+                except (ProcessLookupError, PermissionError):
                     pass
 
     @staticmethod
