@@ -166,3 +166,30 @@ def test_what_the_launcher_sends_replica_0s_group_reaches_every_replica(server, 
         assert (out / "term0").exists() and (out / "term1").exists()
     finally:
         proc.kill()
+
+
+GARBAGE_SCRIPT = textwrap.dedent("""
+    import json, os, socket, sys
+    from distrib.process import fork_channel
+    line = fork_channel.current()
+    answers = []
+    for bad in (b"\\xff not json", b"[1, 2]", json.dumps({"argv": ["ok.py"], "env": {"A": 1}, "cwd": "."}).encode(),
+                json.dumps({"argv": [], "env": {}, "cwd": "."}).encode(),
+                json.dumps({"argv": ["ok.py"], "env": {}, "cwd": "."}).encode()):   # no descriptors
+        socket.send_fds(line.sock, [bad], [])
+        answers.append(json.loads(line.sock.recv(65536)))
+    with open("sibling.err", "wb") as err:
+        pid = line.start([sys.executable, "ok.py"], dict(os.environ), os.getcwd(), stderr=err.fileno())
+    json.dump({"answers": answers, "code": line.exit_code(pid, 60)}, open("out.json", "w"))
+""")
+
+
+def test_garbage_on_a_tasks_line_gets_an_error_answer_and_the_line_still_serves(server, tmp_path):
+    (tmp_path / "garbage.py").write_text(GARBAGE_SCRIPT)
+    (tmp_path / "ok.py").write_text("import sys\nsys.stderr.write('the sibling ran\\n')\n")
+    with open(tmp_path / "garbage.log", "wb") as log:
+        proc = server.start([sys.executable, "garbage.py"], server.env, str(tmp_path), output=log.fileno())
+    assert proc.wait(timeout=60) == 0, (tmp_path / "garbage.log").read_text()[-3000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert [sorted(a) for a in result["answers"]] == [["error"]] * 5, result
+    assert result["code"] == 0 and (tmp_path / "sibling.err").read_text() == "the sibling ran\n"

@@ -58,7 +58,7 @@ def _send(sock: socket.socket, message: Dict[str, Any]) -> None:
 
 def serve(fd: int) -> None:
     """Preload, answer ``ready``, then fork a task per request until the client hangs up."""
-    server_env = dict(os.environ)  # what a task's sibling is compared with (`fork_channel.start_sibling`)
+    server_env = dict(os.environ)  # a task's siblings are compared with it (`fork_channel.ServerLine`)
     sock = socket.socket(fileno=fd)
     for name in PRELOADED:
         try:
@@ -148,24 +148,27 @@ class _Tasks:
         return {"pid": pid}
 
     def serve_line(self, pid: int, line: socket.socket) -> None:
-        """Task ``pid`` asks for a sibling (or hung up)."""
+        """Task ``pid`` asks for a sibling (or hung up); a request that is not one is answered with an error."""
         try:
             message, fds, _, _ = socket.recv_fds(line, _MAX_MESSAGE, 2)
-            request = json.loads(message) if message else None
-        except (OSError, ValueError):
-            message, fds, request = b"", [], None
+        except OSError:
+            message, fds = b"", []
         if not message:
             for fd_ in fds:
                 os.close(fd_)
             del self.lines[pid]
             line.close()
             return
-        if not isinstance(request, dict) or len(fds) != 2 or not isinstance(request.get("argv"), list):
+        try:
+            request = json.loads(message)
+        except ValueError:
+            request = None
+        if _is_request(request) and len(fds) == 2:
+            answer = self.fork(request, fds, asked_by=pid)
+        else:
             for fd_ in fds:
                 os.close(fd_)
-            answer: Dict[str, Any] = {"error": "a sibling request needs argv, env, cwd and two descriptors"}
-        else:
-            answer = self.fork(request, fds, asked_by=pid)
+            answer = {"error": "a sibling request is JSON {argv, env, cwd} (strings) with two file descriptors"}
         self._tell(line, answer)
 
     def reap(self) -> None:
@@ -213,6 +216,16 @@ class _Tasks:
             _send(line, message)
         except OSError:
             pass  # that task is gone
+
+
+def _is_request(request: Any) -> bool:
+    """Whether ``request`` is ``{"argv": [str, ...], "env": {str: str}, "cwd": str, ...}``."""
+    if not isinstance(request, dict):
+        return False
+    argv, env = request.get("argv"), request.get("env")
+    return (isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+            and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(request.get("cwd"), str))
 
 
 def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[int]) -> NoReturn:
