@@ -54,14 +54,14 @@ def server():
         fork_server.close()
 
 
-def _run(server, tmp_path, mode, extra_env=None, wait=True):
+def _run(server, tmp_path, mode, extra_env=None, wait=True, runtime=()):
     script = tmp_path / "replicas.py"
     script.write_text(SCRIPT)
     out = tmp_path / mode
     out.mkdir()
     log = open(tmp_path / f"{mode}.log", "wb")
     proc = server.start([sys.executable, "replicas.py", str(out), mode], dict(server.env, **(extra_env or {})),
-                        str(tmp_path), output=log.fileno())
+                        str(tmp_path), output=log.fileno(), runtime=runtime)
     log.close()
     if wait:
         proc.wait(timeout=180)
@@ -98,6 +98,16 @@ def test_replicas_are_new_processes_when_a_fork_would_not_be_exact(server, tmp_p
     assert one["ppid"] == zero["pid"]           # replica 1 was started by replica 0: a new process
     assert zero["total"] == one["total"] == 3.0
     assert one["omp"] == "1" and one["argv"] == zero["argv"]
+
+
+@pytest.mark.parametrize("runtime", [(), ("TUTORIAL_EPOCHS",)], ids=["not named", "named runtime"])
+def test_a_variable_the_starter_named_as_read_at_run_time_may_differ_for_the_replicas_too(server, tmp_path,
+                                                                                          runtime):
+    proc, out, log = _run(server, tmp_path, "plain", {"TUTORIAL_EPOCHS": "3"}, runtime=runtime)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    zero, one = _states(out)
+    assert (one["ppid"] == zero["ppid"]) == bool(runtime)     # forked only where it was named
+    assert (one["ppid"] == zero["pid"]) == (not runtime)
 
 
 def _error_line(log):

@@ -22,7 +22,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 __all__ = ["ServerLine", "attach", "current"]
 
@@ -34,11 +34,13 @@ class ServerLine:
 
     Attributes:
         server_env: the environment the server started with.
+        runtime: the variables the task's starter said may differ from it (`fork_rules.can_fork`'s ``runtime``).
     """
 
-    def __init__(self, sock: socket.socket, server_env: Mapping[str, str]) -> None:
+    def __init__(self, sock: socket.socket, server_env: Mapping[str, str], runtime: Iterable[str] = ()) -> None:
         self.sock = sock
         self.server_env: Dict[str, str] = dict(server_env)
+        self.runtime = frozenset(runtime)
         self._lock = threading.Lock()
         self._exits: Dict[int, int] = {}
         self._replies: List[Dict[str, Any]] = []
@@ -51,7 +53,8 @@ class ServerLine:
         descriptor ``stderr``. Raises `OSError` if the server refuses or is gone.
         """
         request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
-                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True}
+                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True,
+                   "runtime": sorted(self.runtime)}
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
             with self._lock:
@@ -107,10 +110,11 @@ class ServerLine:
 _line: Optional[ServerLine] = None
 
 
-def attach(sock: socket.socket, server_env: Mapping[str, str]) -> None:
-    """In a task the fork server just forked: its end of the line, and the server's start-up environment."""
+def attach(sock: socket.socket, server_env: Mapping[str, str], runtime: Iterable[str] = ()) -> None:
+    """In a task the fork server just forked: its end of the line, the server's start-up environment, and
+    the variables that may differ from it (those its starter named)."""
     global _line
-    _line = ServerLine(sock, server_env)
+    _line = ServerLine(sock, server_env, runtime)
 
 
 def current() -> Optional[ServerLine]:

@@ -95,11 +95,12 @@ class ForkServer:
             return self._await(lambda: self._ready, timeout) and not self._gone
 
     def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
-              output: Optional[int] = None) -> "ForkedProcess":
+              output: Optional[int] = None, runtime: Iterable[str] = ()) -> "ForkedProcess":
         """Fork a task running ``command[1:]`` with ``env`` in ``cwd``.
 
         Its standard output and error come back on pipes (the result's
         ``stdout`` and ``stderr``), or both go to the file descriptor ``output``.
+        ``runtime``: as `can_fork`'s, for the local replicas the task forks (`fork_channel`).
         """
         if not self.wait_ready(0):
             raise OSError("the fork server is not ready")
@@ -110,7 +111,7 @@ class ForkServer:
         else:
             ours, theirs = [], [output, output]
         request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
-                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True}
+                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True, "runtime": sorted(runtime)}
         try:
             with self._lock:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], theirs)

@@ -134,7 +134,7 @@ class _Tasks:
                     for line in self.lines.values():
                         line.close()
                     from distrib.process import fork_channel
-                    fork_channel.attach(theirs, self.server_env)
+                    fork_channel.attach(theirs, self.server_env, request.get("runtime") or ())
                     _become_task(request, fds, self.server_fds)
                 theirs.close()
         for fd_ in fds:
@@ -219,13 +219,14 @@ class _Tasks:
 
 
 def _is_request(request: Any) -> bool:
-    """Whether ``request`` is ``{"argv": [str, ...], "env": {str: str}, "cwd": str, ...}``."""
+    """Whether ``request`` is ``{"argv": [str, ...], "env": {str: str}, "cwd": str, "runtime": [str, ...]}``."""
     if not isinstance(request, dict):
         return False
-    argv, env = request.get("argv"), request.get("env")
+    argv, env, runtime = request.get("argv"), request.get("env"), request.get("runtime", [])
     return (isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
             and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-            and isinstance(request.get("cwd"), str))
+            and isinstance(request.get("cwd"), str)
+            and isinstance(runtime, list) and all(isinstance(name, str) for name in runtime))
 
 
 def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[int]) -> NoReturn:

@@ -202,7 +202,7 @@ def _start_replica(command: List[str], env: Dict[str, str], cwd: Optional[str], 
     """
     line = fork_channel.current()
     if (line is not None and os.environ.get(FORK_ENV, "").strip() != "0"
-            and can_fork(command, env, line.server_env, cwd=cwd)):
+            and can_fork(command, env, line.server_env, cwd=cwd, runtime=line.runtime)):
         try:
             return ForkedProcess(line.start(command, env, cwd, stderr=err.fileno()), None, None, line)
         except OSError:
