@@ -19,13 +19,13 @@ uncaught exception (1, traceback without this module's frames), of
 its siblings: modules imported before the fork, and the string hash seed
 (as if ``PYTHONHASHSEED`` were set).
 
-Protocol (a ``SOCK_SEQPACKET`` socket pair, one JSON object per message):
-the client sends ``{"argv", "env", "cwd", "new_session"}`` with two file
-descriptors (the task's standard output and error); the server answers
-``{"pid": N}`` (or ``{"error": "..."}``), and later ``{"exit": N, "code": C}``
-when task ``N`` ends (``C`` as `subprocess` reports it: ``-9`` for SIGKILL).
-The server starts with ``{"ready": true}`` once its modules are imported and
-exits when the client closes its end.
+Protocol (``SOCK_SEQPACKET``, one JSON object per message): the client sends
+``{"argv", "env", "cwd", "new_session", "runtime"}`` with the task's standard
+output and error; the server answers ``{"pid": N}`` (or ``{"error"}``), later
+``{"exit": N, "code": C}`` (``C`` as `subprocess` has it); ``{"signal": N,
+"signum": S}`` signals task N's group and its siblings'. Each task gets a line
+for the same requests (`distrib.process.fork_channel`): its siblings. The server
+starts with ``{"ready": true}`` and exits when the client closes its end.
 """
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ import socket
 import sys
 import types
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set
+
+from distrib.process import fork_channel
 
 __all__ = ["PRELOADED", "serve"]
 
@@ -133,7 +135,6 @@ class _Tasks:
                     ours.close()
                     for line in self.lines.values():
                         line.close()
-                    from distrib.process import fork_channel
                     fork_channel.attach(theirs, self.server_env, request.get("runtime") or ())
                     _become_task(request, fds, self.server_fds)
                 theirs.close()
