@@ -196,7 +196,8 @@ def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(ORPHAN_SCRIPT)
     # Replica 0 is a fork of the test process's preloaded server where that is exact (a new process
-    # otherwise); replica 1 is the one it starts, as any script's.
+    # otherwise); replica 1 is the one it starts, as any script's: a new process here, since replica 0
+    # gives it an OMP_NUM_THREADS the server's environment lacks (forked replicas: test_local_replica_forks.py).
     with open(tmp_path / "replica-0.log", "wb") as log:
         proc = start_python([script, tmp_path], output=log, cwd=tmp_path,
                             env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
