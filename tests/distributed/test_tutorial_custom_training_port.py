@@ -88,9 +88,9 @@ def _run_local(tmp_path, devices, mnist_npz):
     """The example from a plain ``python``, with ``devices`` CPU replicas and the same global batch."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
     env["DISTRIB_MNIST"] = mnist_npz
-    env["OMP_NUM_THREADS"] = "1"  # as the harness's clusters have it: replica 1 forks where replica 0 does
     if devices > 1:
         env["DISTRIB_LOCAL_DEVICES"] = ",".join(f"cpu:{i}" for i in range(devices))
+        env["OMP_NUM_THREADS"] = "1"  # as the harness's clusters have it: replica 1 forks where replica 0 does
     args = [str(EXAMPLE), *ARGS, "--batch-size-per-replica", str(GLOBAL_BATCH // devices),
            "--checkpoint-dir", str(tmp_path / "ckpt")]
     proc = run_python(args, env=env, timeout=240)
