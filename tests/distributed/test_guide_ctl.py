@@ -37,6 +37,7 @@ def _check(out, steps_per_pass):
 
 def _run(strategy):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["OMP_NUM_THREADS"] = "1"  # as the harness's clusters have it: local replicas fork where replica 0 does
     proc = run_python([str(EXAMPLE), "--strategy", strategy, "--seed", SEED], env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

@@ -9,11 +9,11 @@
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,8 +52,7 @@ def _run(tmp_path, program):
     script.write_text(program)
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
-                          timeout=280, cwd=str(tmp_path), env=env)
+    return run_python([str(script), str(tmp_path)], timeout=280, cwd=str(tmp_path), env=env)
 
 
 def test_every_replica_gets_the_path_the_chief_wrote_and_restores_it(tmp_path):

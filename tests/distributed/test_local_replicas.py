@@ -78,8 +78,9 @@ def test_mirrored_strategy_from_a_plain_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIRRORED_SCRIPT)
     out_file = tmp_path / "out.json"
+    # OMP_NUM_THREADS as the harness's clusters have it: replica 1 is then a fork where replica 0 is one
     proc = run_python([script, out_file], cwd=tmp_path, timeout=280,
-                      env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+                      env={**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("script started") == 1, proc.stdout  # children's output is not shown
     assert proc.stdout.count("done on replica") == 1 and "done on replica 0" in proc.stdout
@@ -195,7 +196,8 @@ def test_local_replicas_die_with_replica_0_even_on_sigkill(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(ORPHAN_SCRIPT)
     # Replica 0 is a fork of the test process's preloaded server where that is exact (a new process
-    # otherwise); replica 1 is the one it starts, as any script's.
+    # otherwise); replica 1 is the one it starts, as any script's: a new process here, since replica 0
+    # gives it an OMP_NUM_THREADS the server's environment lacks (forked replicas: test_local_replica_forks.py).
     with open(tmp_path / "replica-0.log", "wb") as log:
         proc = start_python([script, tmp_path], output=log, cwd=tmp_path,
                             env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})

@@ -51,7 +51,7 @@ def test_mirrored_two_devices_in_two_processes_behaves_as_tf(tmp_path):
     out = tmp_path / "out.json"
     proc = run_python([str(script), TF_REFERENCE, json.dumps(files), str(out)],
                       cwd=tmp_path, timeout=240,
-                      env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+                      env={**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
     assert [r.pop("placement") for r in records] == [[0, 1], [1, 1]]

@@ -90,6 +90,7 @@ def _run_local(tmp_path, devices, mnist_npz):
     env["DISTRIB_MNIST"] = mnist_npz
     if devices > 1:
         env["DISTRIB_LOCAL_DEVICES"] = ",".join(f"cpu:{i}" for i in range(devices))
+        env["OMP_NUM_THREADS"] = "1"  # as the harness's clusters have it: replica 1 forks where replica 0 does
     args = [str(EXAMPLE), *ARGS, "--batch-size-per-replica", str(GLOBAL_BATCH // devices),
            "--checkpoint-dir", str(tmp_path / "ckpt")]
     proc = run_python(args, env=env, timeout=240)

@@ -234,7 +234,7 @@ class TaskGroup:
         targets = [self._tasks[i] for i in chosen if self._tasks[i].running]
         for task in targets:
             task.stopped = True
-            signal_task(task.proc, signal.SIGTERM)
+            _signal_group(task.proc, signal.SIGTERM)
         signals_before = self._interrupts.count
         deadline = time.monotonic() + self._grace
         while any(t.running for t in targets):
@@ -373,7 +373,7 @@ class TaskGroup:
     def _kill(self, tasks: List[_Task], mark_stopped: bool = False) -> None:
         for task in tasks:
             task.stopped = task.stopped or mark_stopped
-            signal_task(task.proc, signal.SIGKILL)
+            _signal_group(task.proc, signal.SIGKILL)
         deadline = time.monotonic() + _KILL_WAIT_SECONDS
         while any(t.running for t in tasks):
             remaining = deadline - time.monotonic()
@@ -388,3 +388,11 @@ def _joins(launch: TaskLaunch) -> bool:
     start = env.get(START_ENV, "")
     return spec.is_training and (env.get(GROW_ENV) == "1" or (
         start.isdigit() and spec.task_type == "worker" and spec.task_index >= int(start)))
+
+
+def _signal_group(proc: Union[subprocess.Popen, ForkedProcess], signum: int) -> None:
+    """`signal_task`; for a fork, its group and those of the local replicas it forked (their own sessions)."""
+    if isinstance(proc, ForkedProcess):
+        proc.signal_group(signum)
+    else:
+        signal_task(proc, signum)

@@ -31,10 +31,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
 from distrib.process.fork_rules import RUNTIME_VARIABLES, can_fork, read_at_run_time
 from distrib.process.spawn import start_process, start_task
+
+if TYPE_CHECKING:
+    from distrib.process.fork_channel import ServerLine
 
 __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "SharedForkServer", "TaskStarter",
            "can_fork"]
@@ -92,11 +95,12 @@ class ForkServer:
             return self._await(lambda: self._ready, timeout) and not self._gone
 
     def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
-              output: Optional[int] = None) -> "ForkedProcess":
+              output: Optional[int] = None, runtime: Iterable[str] = ()) -> "ForkedProcess":
         """Fork a task running ``command[1:]`` with ``env`` in ``cwd``.
 
         Its standard output and error come back on pipes (the result's
         ``stdout`` and ``stderr``), or both go to the file descriptor ``output``.
+        ``runtime``: as `can_fork`'s, for the local replicas the task forks (`fork_channel`).
         """
         if not self.wait_ready(0):
             raise OSError("the fork server is not ready")
@@ -107,7 +111,7 @@ class ForkServer:
         else:
             ours, theirs = [], [output, output]
         request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
-                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True}
+                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True, "runtime": sorted(runtime)}
         try:
             with self._lock:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], theirs)
@@ -126,6 +130,17 @@ class ForkServer:
             self._started.add(int(reply["pid"]))
         streams = [os.fdopen(fd, "rb", buffering=0) for fd in ours] or [None, None]
         return ForkedProcess(int(reply["pid"]), streams[0], streams[1], self)
+
+    def signal_group(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to task ``pid``'s process group and to those of the local replicas it forked."""
+        try:
+            with self._lock:
+                self._sock.send(json.dumps({"signal": pid, "signum": int(signum)}).encode())
+        except OSError:  # no server: no forked replicas either
+            try:
+                os.killpg(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def running(self) -> int:
         """How many of the tasks forked through this client have not ended."""
@@ -195,10 +210,14 @@ class ForkServer:
 
 
 class ForkedProcess:
-    """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses."""
+    """A task forked by a `ForkServer`: the parts of `subprocess.Popen` the launcher uses.
+
+    ``server`` reports its exit: the `ForkServer`, or for a task's sibling (a local
+    replica) the task's `distrib.process.fork_channel.ServerLine`.
+    """
 
     def __init__(self, pid: int, stdout: Optional[IO[bytes]], stderr: Optional[IO[bytes]],
-                 server: ForkServer) -> None:
+                 server: Union[ForkServer, "ServerLine"]) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
@@ -221,6 +240,11 @@ class ForkedProcess:
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, signum)
+
+    def signal_group(self, signum: int) -> None:
+        """`spawn.signal_task` for a fork: its process group, and those of the local replicas it forked."""
+        if self.returncode is None:
+            self._server.signal_group(self.pid, signum)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -19,13 +19,13 @@ uncaught exception (1, traceback without this module's frames), of
 its siblings: modules imported before the fork, and the string hash seed
 (as if ``PYTHONHASHSEED`` were set).
 
-Protocol (a ``SOCK_SEQPACKET`` socket pair, one JSON object per message):
-the client sends ``{"argv", "env", "cwd", "new_session"}`` with two file
-descriptors (the task's standard output and error); the server answers
-``{"pid": N}`` (or ``{"error": "..."}``), and later ``{"exit": N, "code": C}``
-when task ``N`` ends (``C`` as `subprocess` reports it: ``-9`` for SIGKILL).
-The server starts with ``{"ready": true}`` once its modules are imported and
-exits when the client closes its end.
+Protocol (``SOCK_SEQPACKET``, one JSON object per message): the client sends
+``{"argv", "env", "cwd", "new_session", "runtime"}`` with the task's standard
+output and error; the server answers ``{"pid": N}`` (or ``{"error"}``), later
+``{"exit": N, "code": C}`` (``C`` as `subprocess` has it); ``{"signal": N,
+"signum": S}`` signals task N's group and its siblings'. Each task gets a line
+for the same requests (`distrib.process.fork_channel`): its siblings. The server
+starts with ``{"ready": true}`` and exits when the client closes its end.
 """
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ import signal
 import socket
 import sys
 import types
-from typing import Any, Dict, List, NoReturn, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set
+
+from distrib.process import fork_channel
 
 __all__ = ["PRELOADED", "serve"]
 
@@ -58,6 +60,7 @@ def _send(sock: socket.socket, message: Dict[str, Any]) -> None:
 
 def serve(fd: int) -> None:
     """Preload, answer ``ready``, then fork a task per request until the client hangs up."""
+    server_env = dict(os.environ)  # a task's siblings are compared with it (`fork_channel.ServerLine`)
     sock = socket.socket(fileno=fd)
     for name in PRELOADED:
         try:
@@ -71,10 +74,11 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_write, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
     signal.set_wakeup_fd(wake_write)
+    tasks = _Tasks(sock, server_env, [wake_read, wake_write])
     _send(sock, {"ready": True})
     while True:
         try:
-            readable, _, _ = select.select([sock, wake_read], [], [])
+            readable, _, _ = select.select([sock, wake_read, *tasks.lines.values()], [], [])
         except InterruptedError:
             continue
         if wake_read in readable:
@@ -84,36 +88,146 @@ def serve(fd: int) -> None:
                         break
                 except BlockingIOError:
                     break
-            _reap(sock)
+            tasks.reap()
+        for pid, line in list(tasks.lines.items()):
+            if line in readable:
+                tasks.serve_line(pid, line)
         if sock in readable:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
             if not message:
                 return  # the launcher is done (or gone): the tasks die with this process
             request = json.loads(message)
+            if "signal" in request:
+                tasks.signal(int(request["signal"]), int(request["signum"]))
+            else:
+                _send(sock, tasks.fork(request, fds))
+
+
+class _Tasks:
+    """The server's forked tasks: each one's line (`distrib.process.fork_channel`), and whose sibling each is."""
+
+    def __init__(self, sock: socket.socket, server_env: Dict[str, str], server_fds: List[int]) -> None:
+        self.sock = sock
+        self.server_env = server_env
+        self.server_fds = server_fds
+        self.lines: Dict[int, socket.socket] = {}  # task pid -> the server's end of its line
+        self.asked_by: Dict[int, int] = {}  # sibling pid -> the task that asked for it
+        self.running: Set[int] = set()  # forked, not yet reaped
+
+    def fork(self, request: Dict[str, Any], fds: Sequence[int], asked_by: Optional[int] = None) -> Dict[str, Any]:
+        """Fork the task ``request`` describes (output and errors to ``fds``); the answer to send."""
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            ours = theirs = None
+            error: Optional[OSError] = exc
+        else:
             try:
                 pid = os.fork()
+                error = None
             except OSError as exc:
-                for fd_ in fds:
-                    os.close(fd_)
-                _send(sock, {"error": f"fork failed: {exc}"})
-                continue
-            if pid == 0:
-                sock.close()  # through the object: a bare os.close would let it close a reused fd later
-                _become_task(request, fds, [wake_read, wake_write])
+                ours.close()
+                theirs.close()
+                error = exc
+            else:
+                if pid == 0:
+                    self.sock.close()  # through the objects: a bare os.close would close a reused fd later
+                    ours.close()
+                    for line in self.lines.values():
+                        line.close()
+                    fork_channel.attach(theirs, self.server_env, request.get("runtime") or ())
+                    _become_task(request, fds, self.server_fds)
+                theirs.close()
+        for fd_ in fds:
+            os.close(fd_)
+        if error is not None:
+            return {"error": f"fork failed: {error}"}
+        self.lines[pid] = ours
+        self.running.add(pid)
+        if asked_by is not None:
+            self.asked_by[pid] = asked_by
+        return {"pid": pid}
+
+    def serve_line(self, pid: int, line: socket.socket) -> None:
+        """Task ``pid`` asks for a sibling (or hung up); a request that is not one is answered with an error."""
+        try:
+            message, fds, _, _ = socket.recv_fds(line, _MAX_MESSAGE, 2)
+        except OSError:
+            message, fds = b"", []
+        if not message:
             for fd_ in fds:
                 os.close(fd_)
-            _send(sock, {"pid": pid})
-
-
-def _reap(sock: socket.socket) -> None:
-    while True:
+            del self.lines[pid]
+            line.close()
+            return
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            request = json.loads(message)
+        except ValueError:
+            request = None
+        if _is_request(request) and len(fds) == 2:
+            answer = self.fork(request, fds, asked_by=pid)
+        else:
+            for fd_ in fds:
+                os.close(fd_)
+            answer = {"error": "a sibling request is JSON {argv, env, cwd} (strings) with two file descriptors"}
+        self._tell(line, answer)
+
+    def reap(self) -> None:
+        """Report each ended task to whoever started it; SIGKILL the siblings an ended task asked for."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.running.discard(pid)
+            message = {"exit": pid, "code": os.waitstatus_to_exitcode(status)}
+            if pid in self.asked_by:
+                line = self.lines.get(self.asked_by.pop(pid))
+                if line is not None:
+                    self._tell(line, message)
+            else:
+                _send(self.sock, message)
+            line = self.lines.pop(pid, None)
+            if line is not None:
+                line.close()
+            for sibling in [s for s, task in self.asked_by.items() if task == pid]:
+                try:
+                    os.kill(sibling, signal.SIGKILL)  # they die with the task that started them
+                except ProcessLookupError:
+                    pass
+
+    def signal(self, pid: int, signum: int) -> None:
+        """Send ``signum`` to task ``pid``'s process group and those of the siblings it asked for.
+
+        (A forked local replica is in a session of its own: what the launcher sends to
+        replica 0's group reaches it this way, as it reaches a replica that is a new process.)
+        """
+        for target in [pid, *(s for s, task in self.asked_by.items() if task == pid)]:
+            if target in self.running:
+                try:
+                    os.killpg(target, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    @staticmethod
+    def _tell(line: socket.socket, message: Dict[str, Any]) -> None:
+        try:
+            _send(line, message)
+        except OSError:
+            pass  # that task is gone
+
+
+def _is_request(request: Any) -> bool:
+    """Whether ``request`` is ``{"argv": [str, ...], "env": {str: str}, "cwd": str, "runtime": [str, ...]}``."""
+    if not isinstance(request, dict):
+        return False
+    argv, env, runtime = request.get("argv"), request.get("env"), request.get("runtime", [])
+    return (isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+            and isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            and isinstance(request.get("cwd"), str)
+            and isinstance(runtime, list) and all(isinstance(name, str) for name in runtime))
 
 
 def _become_task(request: Dict[str, Any], fds: Sequence[int], server_fds: List[int]) -> NoReturn:

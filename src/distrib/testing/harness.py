@@ -286,7 +286,8 @@ def start_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, output: IO[b
     As `run_python`, a fork of the test process's preloaded server where
     that is exact, else a new process; ``runtime`` names the caller's own
     variables that may differ from the server's (nothing reads them before
-    the program does). The result has ``pid`` (its process group too),
+    the program does; nor before its local replicas' programs do, which then
+    fork too). The result has ``pid`` (its process group too),
     ``poll()``, ``wait(timeout)`` (`subprocess.TimeoutExpired`), ``kill()``
     and ``terminate()``.
     """
@@ -295,7 +296,7 @@ def start_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, output: IO[b
     if forked is None:
         return subprocess.Popen(command, env=full_env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    return forked.start(command, full_env, cwd, output=output.fileno())
+    return forked.start(command, full_env, cwd, output=output.fileno(), runtime=runtime)
 
 
 def start_piped_task(command: Sequence[str], env: Mapping[str, str],

@@ -36,6 +36,9 @@ from distrib.cluster.resolver_base import ClusterResolver
 from distrib.cluster.task import TaskInfo
 from distrib.comm.errors import last_error_line
 from distrib.comm.health import add_departure_note
+from distrib.process import fork_channel
+from distrib.process.fork_client import FORK_ENV, ForkedProcess
+from distrib.process.fork_rules import can_fork
 from distrib.process.exit_codes import describe_returncode
 from distrib.process.ports import free_port
 from distrib.process.rerun import rerun_command
@@ -67,7 +70,7 @@ class LocalReplicas:
             self.index = 0
             self.port = port if port is not None else (free_port() if self._needs_own_port() else 0)
         self.device = devices[self.index]
-        self._children: List[Tuple[int, subprocess.Popen, Any]] = []
+        self._children: List[Tuple[int, Any, Any]] = []  # (index, Popen or ForkedProcess, stderr file)
 
     def _needs_own_port(self) -> bool:
         return self.count > 1 and _base_address(self.base) is None
@@ -159,8 +162,7 @@ class LocalReplicas:
             env = dict(os.environ, **{ENV_VAR: f"{index}/{self.count}/{self.port}"})
             env.setdefault("OMP_NUM_THREADS", threads)
             err = tempfile.TemporaryFile(mode="w+b")
-            proc = start_process([sys.executable, *command.args], env, cwd=command.cwd,
-                                 stdout=subprocess.DEVNULL, stderr=err, new_session=False)
+            proc = _start_replica([sys.executable, *command.args], env, command.cwd, err)
             self._children.append((index, proc, err))
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(int(threads))
@@ -190,6 +192,22 @@ class LocalReplicas:
             sys.stderr.write("distrib: error: " + "; ".join(failed) + "\n")
             sys.stderr.flush()
             os._exit(1)
+
+
+def _start_replica(command: List[str], env: Dict[str, str], cwd: Optional[str], err: Any) -> Any:
+    """A sibling replica: a fork of the server that forked this process where that is exact, else a new process.
+
+    Exact: what `distrib launch` forks (`fork_rules.can_fork` against the server's start-up environment),
+    unless ``DISTRIB_LAUNCH_FORK=0``; see docs/local-replicas.md.
+    """
+    line = fork_channel.current()
+    if (line is not None and os.environ.get(FORK_ENV, "").strip() != "0"
+            and can_fork(command, env, line.server_env, cwd=cwd, runtime=line.runtime)):
+        try:
+            return ForkedProcess(line.start(command, env, cwd, stderr=err.fileno()), None, None, line)
+        except OSError:
+            pass  # the server is gone or refused: a new process, as without one
+    return start_process(command, env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, new_session=False)
 
 
 #: Connections made in this process, by (devices, task, job): a second strategy
