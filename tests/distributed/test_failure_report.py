@@ -71,7 +71,8 @@ SUMMARIES = {
 
 
 def _launch(script, how: str, workers: int) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="100")
+    # DISTRIB_LAUNCH_FORK=1 (docs/launcher.md): the tasks fork from one preloaded server, one import of torch
+    env = dict(os.environ, COLUMNS="100", DISTRIB_LAUNCH_FORK="1")
     return subprocess.run([sys.executable, "-m", "distrib", "launch", "--workers", str(workers),
                            str(script), how], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=DEADLINE, env=env)

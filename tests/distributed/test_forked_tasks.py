@@ -321,3 +321,19 @@ def test_run_python_is_subprocess_run_forked_and_times_out_alike(write_script, t
     with pytest.raises(subprocess.TimeoutExpired) as caught:
         run_python([slow], env=env, timeout=3)
     assert "started" in caught.value.output
+
+
+def test_run_python_forks_where_only_the_callers_own_runtime_variables_differ(write_script, tmp_path):
+    script = write_script("own.py", "import os, sys\nprint(os.environ['FORK_TEST_OWN_VALUE'], os.getppid())\n")
+    # A start-up environment of this test's own: no server has it yet.
+    env = {k: v for k, v in os.environ.items() if k != "DISTRIB_LAUNCH_FORK"}
+    env["FORK_TEST_OWN_ENVIRONMENT"] = str(tmp_path)
+    own = ("FORK_TEST_OWN_VALUE",)
+    runs = [run_python([script], env={**env, "FORK_TEST_OWN_VALUE": value}, runtime=own, cwd=tmp_path)
+            for value in ("1", "2", "3")]
+    plain = run_python([script], env={**env, "FORK_TEST_OWN_VALUE": "4"}, cwd=tmp_path)  # not named: its own
+    seen = [run.stdout.split() for run in [*runs, plain]]
+    assert [value for value, _ in seen] == ["1", "2", "3", "4"], seen
+    assert int(seen[0][1]) == os.getpid()                               # asked once: a new process
+    assert int(seen[1][1]) != os.getpid() and seen[2][1] == seen[1][1]  # then forks of one server
+    assert int(seen[3][1]) == os.getpid()                               # another value, not named: new

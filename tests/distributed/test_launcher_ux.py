@@ -15,6 +15,7 @@ import time
 import pytest
 
 from distrib.launch import launch
+from distrib.testing import run_script
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
 
@@ -80,8 +81,9 @@ def test_progress_bar_updates_live_in_a_terminal(write_script, tmp_path):
     script = write_script("bar.py", BAR_SCRIPT)
     go = tmp_path / "go"
     master, slave = os.openpty()
+    # DISTRIB_LAUNCH_FORK=1: both tasks fork from one preloaded server (one import of torch, not two)
     proc = subprocess.Popen([sys.executable, "-m", "distrib", "launch", "--workers", "2", "--output-from", "all",
-                             str(script), str(go)],
+                             str(script), str(go)], env=dict(os.environ, DISTRIB_LAUNCH_FORK="1"),
                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
     os.close(slave)
     deadline = time.monotonic() + DEADLINE
@@ -117,7 +119,7 @@ def test_progress_is_one_line_per_epoch_when_not_a_terminal(write_script, tmp_pa
     script = write_script("bar.py", BAR_SCRIPT)
     go = tmp_path / "go"
     go.write_text("go")
-    result = launch(str(script), [str(go)], workers=2, output="capture", timeout=DEADLINE)
+    result = run_script(str(script), num_workers=2, args=[go], timeout=DEADLINE)
     assert result.returncode == 0, result.output
     chief = result.outputs["worker 0"]
     assert "tty flag None" in chief and "\r" not in chief

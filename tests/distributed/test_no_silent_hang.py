@@ -1,13 +1,12 @@
 """A missing or killed task ends the others with an error that names it, in bounded time."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from distrib.testing import free_port
+from distrib.testing import free_port, run_python, start_python
 
 TRAIN = textwrap.dedent("""
     import os, signal, sys, torch, distrib
@@ -32,11 +31,17 @@ def _tf_config(ports, index):
                        "task": {"type": "worker", "index": index}})
 
 
-def _start(script, ports, index, timeout, victim=-1, sig="SIGKILL"):
-    env = dict(os.environ, TF_CONFIG=_tf_config(ports, index), TIMEOUT=str(timeout),
-               VICTIM=str(victim), OMP_NUM_THREADS="1", SIGNAL=sig)
-    return subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+_OWN = ("TIMEOUT", "VICTIM", "SIGNAL")  # this file's variables: the program reads them itself
+
+
+def _env(ports, index, timeout, victim=-1, sig="SIGKILL"):
+    return dict(os.environ, TF_CONFIG=_tf_config(ports, index), TIMEOUT=str(timeout),
+                VICTIM=str(victim), OMP_NUM_THREADS="1", SIGNAL=sig)
+
+
+def _run(script, ports, index, timeout, victim=-1, limit=60):
+    """The program as task ``index``, to its end: forked from the harness's preloaded server where exact."""
+    return run_python([script], env=_env(ports, index, timeout, victim), timeout=limit, runtime=_OWN)
 
 
 @pytest.fixture
@@ -48,8 +53,8 @@ def script(tmp_path):
 
 def test_missing_worker_is_named_after_the_timeout(script):
     ports = [free_port(), free_port()]
-    chief = _start(script, ports, 0, timeout=3)
-    out, err = chief.communicate(timeout=60)
+    chief = _run(script, ports, 0, timeout=3)
+    out, err = chief.stdout, chief.stderr
     assert chief.returncode != 0
     assert "waiting for worker 1 (127.0.0.1:%d)" % ports[1] in err
     last = err.strip().splitlines()[-1]
@@ -59,36 +64,42 @@ def test_missing_worker_is_named_after_the_timeout(script):
 
 def test_worker_without_its_chief_is_told_so(script):
     ports = [free_port(), free_port()]
-    worker = _start(script, ports, 1, timeout=3)
-    out, err = worker.communicate(timeout=60)
+    worker = _run(script, ports, 1, timeout=3)
     assert worker.returncode != 0
-    last = err.strip().splitlines()[-1]
+    last = worker.stderr.strip().splitlines()[-1]
     assert "chief worker 0 (127.0.0.1:%d)" % ports[0] in last, last
 
 
 @pytest.mark.parametrize("victim", [0, pytest.param(1, marks=pytest.mark.slow)])  # same path; 1 in the slow run
 def test_worker_killed_mid_training_is_named_by_the_survivor(script, victim):
     ports = [free_port(), free_port()]
-    procs = [_start(script, ports, i, timeout=10, victim=victim) for i in range(2)]
-    outs = [p.communicate(timeout=90) for p in procs]
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(lambda i: _run(script, ports, i, timeout=10, victim=victim, limit=90), range(2)))
     assert procs[victim].returncode == -9
     survivor = 1 - victim
     assert procs[survivor].returncode not in (0, None)
-    err = outs[survivor][1]
+    err = procs[survivor].stderr
     named = "chief worker 0" if victim == 0 else "worker 1 (127.0.0.1:%d)" % ports[1]
     assert any(named in line and "gone" in line for line in err.splitlines()), err[-2000:]
 
 
-def test_a_stopped_chief_is_named_as_not_responding_soon_after_the_timeout(script):
+def test_a_stopped_chief_is_named_as_not_responding_soon_after_the_timeout(script, tmp_path):
     """SIGSTOP: the chief's store still accepts connections but never answers; 5 s timeout."""
     ports = [free_port(), free_port()]
-    procs = [_start(script, ports, i, timeout=5, victim=0, sig="SIGSTOP") for i in range(2)]
+    outputs = [tmp_path / f"task-{i}.txt" for i in range(2)]
+    procs = []
     try:
-        _, err = procs[1].communicate(timeout=90)  # hard limit; before the fix the exit hung ~30 s more
+        for i, path in enumerate(outputs):
+            with open(path, "wb") as output:  # the task's output and errors; it keeps its own descriptor
+                procs.append(start_python([script], output=output, runtime=_OWN,
+                                          env=_env(ports, i, timeout=5, victim=0, sig="SIGSTOP")))
+        code = procs[1].wait(timeout=90)  # hard limit; before the fix the exit hung ~30 s more
     finally:
         for p in procs:
-            p.kill()
-            p.communicate()
-    assert procs[1].returncode not in (0, None)
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    err = outputs[1].read_text(errors="replace")
+    assert code not in (0, None)
     last = [line for line in err.splitlines() if "worker 0 (127.0.0.1:%d)" % ports[0] in line]
     assert last and "not responding" in last[-1] and "gone" not in last[-1], err[-2000:]

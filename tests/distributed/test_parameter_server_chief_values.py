@@ -11,11 +11,11 @@ processes), with 1 and with 2 workers.
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,8 +77,8 @@ def test_written_values_start_training_and_the_chief_reads_the_trained_ones(tmp_
     script.write_text(PROGRAM)
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "DISTRIB_LOCAL_DEVICES")}
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, str(script), str(workers)], capture_output=True, text=True,
-                          timeout=280, cwd=str(tmp_path), env=env)
+    # run_python: a fork of the test process's preloaded server where that is exact, else a new process
+    proc = run_python([script, str(workers)], timeout=280, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     first, trained = _expected()

@@ -185,7 +185,7 @@ def scenario_fit_backup() -> None:
 @pytest.mark.timeout(300)
 def test_fit_and_evaluate_on_an_in_process_cluster(tmp_path):
     """Chief (this scenario's process) + 2 workers + 2 ps as its child processes; a lazy first layer."""
-    proc = run_python([HERE, "fit_in_process"], timeout=240,
+    proc = run_python([HERE, "fit_in_process"], timeout=240, runtime=("PS_TEST_DIR",),
                       env={**os.environ, "OMP_NUM_THREADS": "1", "PS_TEST_DIR": str(tmp_path)})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -62,6 +62,7 @@ def _run_in_terminal(command: List[str], columns: int) -> str:
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["OMP_NUM_THREADS"] = "1"  # torchrun's multi-line notice when it is unset is not ours
+    env["DISTRIB_LAUNCH_FORK"] = "1"  # distrib launch forks both tasks from one server: one import of torch
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
                             close_fds=True, env=env)
     os.close(slave)

@@ -73,7 +73,9 @@ def run_on_a_terminal(argv: list, env: dict, timeout: float) -> tuple:
 
 def test_a_restart_reads_as_one_in_80_columns(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env.update(PYTHONPATH=str(ROOT / "src"), TERM="xterm")
+    # DISTRIB_LAUNCH_FORK=1 (docs/launcher.md): every task, the restarted ones too, forks from one
+    # preloaded server, so PyTorch is imported once, not once per first task and again in the server
+    env.update(PYTHONPATH=str(ROOT / "src"), TERM="xterm", DISTRIB_LAUNCH_FORK="1")
     code, transcript = run_on_a_terminal(
         [sys.executable, "-m", "distrib", "launch", "--workers", "2", "--max-restarts", "1",
          "examples/seeded_backup.py", str(tmp_path / "backup"), "--kill-worker", "1", "--at-step", "13",

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from distrib.testing import free_port, run_script
+from distrib.testing import free_port, run_python, run_script
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
 
@@ -90,7 +88,7 @@ def test_killed_evaluator_neither_stops_training_nor_repeats_after_restart(tmp_p
     tf_config = {"cluster": {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]},
                  "task": {"type": "evaluator", "index": 0}}
     env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), OMP_NUM_THREADS="1", **_env(tmp_path))
-    proc = subprocess.run([sys.executable, KILL_HELPER], env=env, capture_output=True, text=True, timeout=200)
+    proc = run_python([KILL_HELPER], env=env, timeout=200, runtime=tuple(_env(tmp_path)))  # forked where exact
     assert proc.returncode == 0, proc.stderr
     assert "evaluated ckpt-1" not in proc.stdout
     assert _evaluated(tmp_path) == NAMES  # none twice, none missed

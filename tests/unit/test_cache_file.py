@@ -4,8 +4,6 @@ import gc
 import json
 import logging
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,6 +13,7 @@ import torch
 from distrib.data import Dataset
 from distrib.data.caching import cache_file, records
 from distrib.data.caching.cache_file import CacheFileError, cache_path
+from distrib.testing import run_python
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
@@ -243,14 +242,22 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+def _run_child(tmp_path, **values):
+    """`_CHILD` as a program of its own: a fork of the harness's preloaded server where exact."""
+    script = tmp_path / "program" / "child.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(_CHILD.format(src=os.path.abspath(SRC), **values))
+    child = run_python([script], timeout=100)
+    assert child.returncode == 0, child.stderr[-2000:]
+    return child
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("stop", [0, 3, 6])
 def test_resume_while_writing_in_a_fresh_process(tmp_path, small_records, stop):
     name = str(tmp_path / "c")
     expected = [v.tolist() for v in Dataset.range(25).map(lambda x: x * x).shuffle(8, seed=5).batch(4)]
-    child = subprocess.run([sys.executable, "-c", _CHILD.format(src=os.path.abspath(SRC), name=name, stop=stop,
-                                                                  full_passes=0)],
-                           capture_output=True, text=True, timeout=100, check=True)
+    child = _run_child(tmp_path, name=name, stop=stop, full_passes=0)
     state = json.loads(child.stdout.strip().splitlines()[-1])
     assert not os.path.exists(cache_path(name, "")) and len(leftovers(tmp_path)) == 1
     calls = []
@@ -314,9 +321,7 @@ def test_a_forged_record_with_a_valid_checksum_is_one_error(tmp_path, payload):
 def test_resume_while_reading_in_a_fresh_process(tmp_path, small_records):
     name = str(tmp_path / "c")
     expected = [v.tolist() for v in Dataset.range(25).map(lambda x: x * x).shuffle(8, seed=5).batch(4)]
-    child = subprocess.run([sys.executable, "-c", _CHILD.format(src=os.path.abspath(SRC), name=name, stop=3,
-                                                                  full_passes=1)],
-                           capture_output=True, text=True, timeout=100, check=True)
+    child = _run_child(tmp_path, name=name, stop=3, full_passes=1)
     state = json.loads(child.stdout.strip().splitlines()[-1])
     calls = []
     it = iter(Dataset.range(25).map(lambda x: calls.append(1) or x * x).shuffle(8, seed=5).cache(name).batch(4))

@@ -8,11 +8,11 @@ and what the restored best weights evaluate to, the schedule's rates and losses.
 """
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,8 +24,8 @@ REFERENCE = json.loads((ROOT / "tests" / "data" / "tf_reference" / "round_four.j
 @pytest.fixture(scope="module")
 def port():
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "guide_custom_callbacks.py")],
-                          capture_output=True, text=True, timeout=280, env=env)
+    # run_python: a fork of the test process's preloaded server where that is exact, else a new process
+    proc = run_python([ROOT / "examples" / "guide_custom_callbacks.py"], timeout=280, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
 

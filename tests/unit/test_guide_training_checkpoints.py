@@ -7,11 +7,11 @@ The same program in both: 50 Adam steps saving every 10 with a
 model restoring the latest and going on for 50 more, then `load_checkpoint`.
 """
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from distrib.testing import run_python
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -21,8 +21,9 @@ REFERENCE = json.loads((ROOT / "tests" / "data" / "tf_reference" / "round_four.j
 
 
 def test_the_port_saves_restores_and_reads_back_what_tensorflow_does(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "guide_training_checkpoints.py"),
-                           str(tmp_path / "tf_ckpts")], capture_output=True, text=True, timeout=200, cwd=str(tmp_path))
+    # run_python: a fork of the test process's preloaded server where that is exact, else a new process
+    proc = run_python([ROOT / "examples" / "guide_training_checkpoints.py", tmp_path / "tf_ckpts"],
+                      timeout=200, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert got["restored"] == REFERENCE["restored"] == [None, "ckpt-5"]   # the second run resumed at ckpt-5

@@ -80,8 +80,8 @@ def test_nccl_on_a_shared_gpu_stops_naming_both_tasks_the_gpu_and_the_fix(monkey
     monkeypatch.setattr("socket.gethostname", lambda: "node-a")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     store = _store_with_peer(["node-a", "0"])
-    with pytest.raises(GpuSharingError) as err:
-        choose_backend(store, 0, 2, torch.device("cuda", 0), "nccl", False, 5, describe)
+    with pytest.raises(GpuSharingError) as err:  # the peer never marks its read: 0.2 s, not 5, of waiting for it
+        choose_backend(store, 0, 2, torch.device("cuda", 0), "nccl", False, 0.2, describe)
     text = str(err.value)
     assert "worker 0 (h:2222) and worker 1 (h:2223) would both use GPU 0 on host node-a" in text
     assert "CUDA_VISIBLE_DEVICES" in text and "RING" in text

@@ -11,6 +11,7 @@ import torch
 
 from distrib import image
 from distrib.data import AUTOTUNE, Dataset, Options
+from distrib.testing import run_python
 
 
 def augment(x):
@@ -94,7 +95,8 @@ RESUME_SCRIPT = textwrap.dedent("""
     import json, sys, torch
     sys.path.insert(0, {here!r})
     from test_parallel_map import pipeline, values
-    state = json.loads(sys.stdin.read())
+    with open(sys.argv[1], encoding="utf-8") as f:
+        state = json.load(f)
     it = iter(pipeline(3)); it.load_state_dict(state)
     print(json.dumps(values(None, it)))
 """)
@@ -108,9 +110,10 @@ def test_resume_in_a_fresh_process(tmp_path):
         next(it)
     state = it.state_dict()
     rest = values(None, it)
-    script = RESUME_SCRIPT.format(here=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", script], input=json.dumps(state), capture_output=True,
-                         text=True, timeout=120, env=dict(os.environ))
+    script, saved = tmp_path / "resume.py", tmp_path / "state.json"
+    script.write_text(RESUME_SCRIPT.format(here=os.path.dirname(__file__)))
+    saved.write_text(json.dumps(state))
+    out = run_python([script, saved], timeout=120)  # a fork of the harness's preloaded server where exact
     assert out.returncode == 0, out.stderr
     assert [tuple(v) for v in json.loads(out.stdout)] == rest
 

@@ -52,6 +52,23 @@ def test_a_handshake_trickled_one_byte_at_a_time_is_dropped_at_the_whole_deadlin
     server.close()
 
 
+@pytest.mark.parametrize("first", [b"\x00\xce\xf7\x85\x3c", MAGIC[:3] + b"X"], ids=["torch-validate", "near-miss"])
+def test_first_bytes_that_are_not_the_greeting_are_refused_at_once(first):
+    """A peer that sends a few other bytes and waits for an answer (torch's own `TCPStore` client sends
+    5 bytes) is closed on as they arrive, not when the 60 s handshake deadline passes."""
+    server = AuthStoreServer("127.0.0.1", 0, SECRET, handshake_seconds=60.0)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(first)
+            assert _closed(sock, within=20.0)
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:  # the greeting's start waits on
+            sock.sendall(MAGIC[:3])
+            assert not _closed(sock, within=0.5)
+        assert AuthStore("127.0.0.1", server.port, SECRET, 5.0).num_keys() == 0  # still serving
+    finally:
+        server.close()
+
+
 def test_unauthenticated_connections_are_capped_and_the_job_still_connects():
     server = AuthStoreServer("127.0.0.1", 0, SECRET, max_pending=4)
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]

@@ -77,11 +77,15 @@ def _mac(secret: bytes, label: bytes, client_nonce: bytes, server_nonce: bytes) 
     return hmac.new(secret, label + client_nonce + server_nonce, hashlib.sha256).digest()
 
 
-def recv_exact(sock: socket.socket, size: int, deadline: Optional[float] = None) -> bytes:
+def recv_exact(sock: socket.socket, size: int, deadline: Optional[float] = None, prefix: bytes = b"") -> bytes:
     """Read exactly ``size`` bytes or raise `ProtocolError` when the peer closes first.
 
     With ``deadline`` (a ``time.monotonic()`` value) the whole read must end by
     then, however the peer paces its bytes (``socket.timeout`` otherwise).
+    With ``prefix``, the bytes must begin with it: `AuthenticationError` as
+    soon as one that arrived differs, so a peer that sent a few other bytes and
+    waits for an answer (torch's own store client) is refused at once, not
+    when the deadline passes.
     """
     chunks = bytearray()
     while len(chunks) < size:
@@ -94,6 +98,8 @@ def recv_exact(sock: socket.socket, size: int, deadline: Optional[float] = None)
         if not chunk:
             raise ProtocolError(f"connection closed after {len(chunks)} of {size} bytes")
         chunks += chunk
+        if prefix and chunks[:len(prefix)] != prefix[:len(chunks)]:
+            raise AuthenticationError("the first bytes are not distrib's store handshake")
     return bytes(chunks)
 
 
@@ -198,9 +204,7 @@ def server_handshake(sock: socket.socket, secret: bytes, deadline: float) -> Ses
         HandshakeAbandoned: the client left after its greeting.
         socket.timeout: the deadline passed.
     """
-    hello = recv_exact(sock, len(MAGIC) + NONCE_BYTES, deadline)
-    if hello[:len(MAGIC)] != MAGIC:
-        raise AuthenticationError("the first bytes are not distrib's store handshake")
+    hello = recv_exact(sock, len(MAGIC) + NONCE_BYTES, deadline, prefix=MAGIC)
     client_nonce = hello[len(MAGIC):]
     server_nonce = os.urandom(NONCE_BYTES)
     sock.sendall(server_nonce + _mac(secret, b"distrib-server", client_nonce, server_nonce))

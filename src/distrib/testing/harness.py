@@ -223,7 +223,8 @@ def run_script(
 
 
 def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[Mapping[str, str]] = None,
-               cwd: Union[None, str, "os.PathLike[str]"] = None, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+               cwd: Union[None, str, "os.PathLike[str]"] = None, timeout: float = 120,
+               runtime: Sequence[str] = ()) -> "subprocess.CompletedProcess[str]":
     """``subprocess.run([sys.executable, *args], capture_output=True, text=True)``, forked where exact.
 
     The process is a fork of this test process's preloaded server (as the
@@ -239,6 +240,8 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
         env: the whole environment (default: this process's).
         cwd: the working directory (default: the current one).
         timeout: seconds before the process is killed and `subprocess.TimeoutExpired` raised.
+        runtime: the caller's own variables of ``env`` that may differ from the server's
+            (nothing reads them before the program does), as for `start_python`.
 
     Example:
         >>> proc = run_python(["-m", "distrib", "launch", "--help"])
@@ -246,7 +249,7 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
         (0, True)
     """
     command, full_env, cwd = _python_command(args, env, cwd)
-    forked = _forking_server(command, full_env, cwd, start_at=2)
+    forked = _forking_server(command, full_env, cwd, runtime, start_at=2)
     if forked is None:
         return subprocess.run(command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     proc = forked.start(command, full_env, cwd)
