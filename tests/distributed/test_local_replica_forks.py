@@ -132,16 +132,21 @@ def _alive(pid):
         return False
 
 
+def _started(proc, out, log):
+    """Both replicas' states, once each has written its file (the program still running)."""
+    deadline = time.monotonic() + 120
+    while not (out / "r1.json").exists() or not (out / "r0.json").exists():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the replicas never started"
+        time.sleep(0.05)  # poll
+    return _states(out)
+
+
 def test_a_forked_replica_dies_with_replica_0_on_sigkill(server, tmp_path):
     proc, out, log = _run(server, tmp_path, "hang", wait=False)
     one = None
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "r1.json").exists() or not (out / "r0.json").exists():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the replicas never started"
-            time.sleep(0.05)  # poll
-        zero, one = _states(out)
+        zero, one = _started(proc, out, log)
         assert one["ppid"] == zero["ppid"] != zero["pid"] and _alive(one["pid"])   # forked
         proc.kill()
         assert proc.wait(timeout=30) == -signal.SIGKILL
@@ -158,12 +163,7 @@ def test_a_forked_replica_dies_with_replica_0_on_sigkill(server, tmp_path):
 def test_what_the_launcher_sends_replica_0s_group_reaches_its_forked_replicas(server, tmp_path):
     proc, out, log = _run(server, tmp_path, "term", wait=False)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "r1.json").exists() or not (out / "r0.json").exists():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the replicas never started"
-            time.sleep(0.05)  # poll
-        zero, one = _states(out)
+        zero, one = _started(proc, out, log)
         assert one["ppid"] == zero["ppid"] != zero["pid"]          # forked (in a session of its own)
         proc.signal_group(signal.SIGTERM)       # as `distrib launch` stops a forked task
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]

@@ -69,17 +69,23 @@ def _give_back(nbytes: int, block: np.ndarray) -> None:
             idle.append(block)
 
 
-def _empty(shape: Sequence[int], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
-    """An uninitialised CPU tensor of ``nbytes`` on a pooled block: back in the pool when it is freed."""
+def _block(nbytes: int) -> "tuple[np.ndarray, np.ndarray]":
+    """An idle pooled block of ``nbytes`` (or a new one), and its ``nbytes`` aligned as torch aligns."""
     with _lock:
         idle = _free.get(nbytes)
         block = idle.pop() if idle else None
     if block is None:
         block = np.empty(nbytes + _ALIGN, np.uint8)
     offset = (-block.ctypes.data) % _ALIGN
+    return block, block[offset:offset + nbytes]
+
+
+def _empty(shape: Sequence[int], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
+    """An uninitialised CPU tensor of ``nbytes`` on a pooled block: back in the pool when it is freed."""
+    block, aligned = _block(nbytes)
     # The exact array object handed to torch is the one the tensor keeps alive (numpy collapses view
     # chains onto the owner, so an intermediate view would die at once): it carries the finalizer.
-    array = block[offset:offset + nbytes].view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
+    array = aligned.view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
     weakref.finalize(array, _give_back, nbytes, block)
     return torch.from_numpy(array)
 
@@ -92,13 +98,7 @@ def _rows_back(nbytes: int, block: np.ndarray, address: int) -> None:
 def rows_block(nbytes: int) -> torch.Tensor:
     """A uint8 tensor of ``nbytes`` on a pooled block, lent as rows (`lend_rows`) until the last tensor
     on it is freed; then it is no longer rows and serves the pool again."""
-    with _lock:
-        idle = _free.get(nbytes)
-        block = idle.pop() if idle else None
-    if block is None:
-        block = np.empty(nbytes + _ALIGN, np.uint8)
-    offset = (-block.ctypes.data) % _ALIGN
-    array = block[offset:offset + nbytes]
+    block, array = _block(nbytes)
     address = array.ctypes.data
     lend_rows(address)
     weakref.finalize(array, _rows_back, nbytes, block, address)
