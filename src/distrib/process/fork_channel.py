@@ -24,9 +24,16 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-__all__ = ["ServerLine", "attach", "current"]
+__all__ = ["ServerLine", "attach", "current", "task_request"]
 
 _REPLY_SECONDS = 30.0
+
+
+def task_request(command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
+                 runtime: Iterable[str]) -> Dict[str, Any]:
+    """What a fork server is asked to fork: ``command[1:]`` with ``env`` in ``cwd``, in its own session."""
+    return {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
+            "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True, "runtime": sorted(runtime)}
 
 
 class ServerLine:
@@ -52,9 +59,7 @@ class ServerLine:
         Its standard output is discarded, its standard error goes to file
         descriptor ``stderr``. Raises `OSError` if the server refuses or is gone.
         """
-        request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
-                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True,
-                   "runtime": sorted(self.runtime)}
+        request = task_request(command, env, cwd, self.runtime)
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
             with self._lock:

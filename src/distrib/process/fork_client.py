@@ -31,13 +31,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
+from distrib.process.fork_channel import ServerLine, task_request
 from distrib.process.fork_rules import RUNTIME_VARIABLES, can_fork, read_at_run_time
 from distrib.process.spawn import start_process, start_task
-
-if TYPE_CHECKING:
-    from distrib.process.fork_channel import ServerLine
 
 __all__ = ["FORK_ENV", "RUNTIME_VARIABLES", "ForkedProcess", "ForkServer", "SharedForkServer", "TaskStarter",
            "can_fork"]
@@ -110,8 +108,7 @@ class ForkServer:
             ours, theirs = [out_read, err_read], [out_write, err_write]
         else:
             ours, theirs = [], [output, output]
-        request = {"argv": [os.fspath(a) for a in command[1:]], "env": dict(env),
-                   "cwd": os.fspath(cwd) if cwd else os.getcwd(), "new_session": True, "runtime": sorted(runtime)}
+        request = task_request(command, env, cwd, runtime)
         try:
             with self._lock:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], theirs)
@@ -217,7 +214,7 @@ class ForkedProcess:
     """
 
     def __init__(self, pid: int, stdout: Optional[IO[bytes]], stderr: Optional[IO[bytes]],
-                 server: Union[ForkServer, "ServerLine"]) -> None:
+                 server: Union[ForkServer, ServerLine]) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr

@@ -252,7 +252,7 @@ def run_python(args: Sequence[Union[str, "os.PathLike[str]"]], *, env: Optional[
     forked = _forking_server(command, full_env, cwd, runtime, start_at=2)
     if forked is None:
         return subprocess.run(command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    proc = forked.start(command, full_env, cwd)
+    proc = forked.start(command, full_env, cwd, runtime=runtime)
     chunks: Dict[str, List[bytes]] = {"out": [], "err": []}
     readers = [threading.Thread(target=_drain, args=(stream, chunks[key]), daemon=True)
                for key, stream in (("out", proc.stdout), ("err", proc.stderr))]

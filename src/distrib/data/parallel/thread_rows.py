@@ -23,13 +23,13 @@ import torch
 
 from distrib.data import batch_buffers
 from distrib.data.batch_buffers import MIN_POOLED_BYTES, NUMPY_DTYPES
+from distrib.data.parallel.shared_slots import aligned
 from distrib.data.structure import leaves, map_leaves
 
 __all__ = ["RowLender", "into_rows", "MIN_ROW_BYTES"]
 
 #: A leaf smaller than this is left to the batch's stack (a copy call per row would cost more).
 MIN_ROW_BYTES = 64 * 1024
-_ALIGN = 64
 
 Rows = Tuple[Optional[torch.Tensor], ...]
 
@@ -72,7 +72,7 @@ class RowLender:
                 continue
             nbytes = leaf.numel() * leaf.element_size()
             places.append(_Place(tuple(leaf.shape), leaf.dtype, offset, nbytes))
-            offset = -(-(offset + self._rows * nbytes) // _ALIGN) * _ALIGN
+            offset = aligned(offset + self._rows * nbytes)
         if offset < MIN_POOLED_BYTES:
             self._stopped = True  # small batches: torch.stack is as cheap
             return
@@ -82,7 +82,7 @@ class RowLender:
         """For element ``number``: row ``number % rows`` of block ``number // rows``, one tensor per
         leaf (None: not given a row), or None before `learn` and after `stop`."""
         places = self._places
-        if places is None or self._stopped:
+        if places is None:  # not laid out yet, or stopped
             return None
         group, row = divmod(int(number), self._rows)
         if self._group is None or self._group[0] != group:  # the earlier block lives on in its rows
@@ -107,11 +107,11 @@ def into_rows(value: Any, rows: Optional[Rows]) -> Tuple[Any, bool]:
     and whether every lent row was filled (False: the lender should stop)."""
     if rows is None:
         return value, True
-    if type(value) is torch.Tensor:  # the usual element: one tensor, no structure to walk
-        row = rows[0] if len(rows) == 1 else False
+    if type(value) is torch.Tensor and len(rows) == 1:  # the usual element: no structure to walk
+        row = rows[0]
         if row is None:
             return value, True
-        if row is False or not _fits(value, row):
+        if not _fits(value, row):
             return value, False
         row.copy_(value)
         return row, True
